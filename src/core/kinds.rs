@@ -1,0 +1,132 @@
+//! The kinds of resources rekindle watches and of workloads it reloads.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A kind of configuration resource that can trigger a reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ResourceKind {
+    ConfigMap,
+    Secret,
+    SecretProviderClass,
+}
+
+impl ResourceKind {
+    pub const ALL: [ResourceKind; 3] = [Self::ConfigMap, Self::Secret, Self::SecretProviderClass];
+
+    /// Suffix of the env-var name and the `type` of `last-reloaded-from` (Reloader's constants).
+    pub fn env_suffix(self) -> &'static str {
+        match self {
+            Self::ConfigMap => "CONFIGMAP",
+            Self::Secret => "SECRET",
+            Self::SecretProviderClass => "SECRETPROVIDERCLASS",
+        }
+    }
+
+    /// Prefix of keys in `rekindle.io/config-hashes`.
+    pub fn hash_key_prefix(self) -> &'static str {
+        match self {
+            Self::ConfigMap => "configmap",
+            Self::Secret => "secret",
+            Self::SecretProviderClass => "secretproviderclass",
+        }
+    }
+
+    /// The Kubernetes kind name.
+    pub fn kind_name(self) -> &'static str {
+        match self {
+            Self::ConfigMap => "ConfigMap",
+            Self::Secret => "Secret",
+            Self::SecretProviderClass => "SecretProviderClass",
+        }
+    }
+
+    /// Plural resource name, as used in Reloader's metric labels and `--resources-to-ignore`.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Self::ConfigMap => "configmaps",
+            Self::Secret => "secrets",
+            Self::SecretProviderClass => "secretproviderclasses",
+        }
+    }
+}
+
+impl fmt::Display for ResourceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind_name())
+    }
+}
+
+/// A kind of workload rekindle can reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WorkloadKind {
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    CronJob,
+    Job,
+    Rollout,
+    DeploymentConfig,
+}
+
+impl WorkloadKind {
+    pub const ALL: [WorkloadKind; 7] = [
+        Self::Deployment,
+        Self::StatefulSet,
+        Self::DaemonSet,
+        Self::CronJob,
+        Self::Job,
+        Self::Rollout,
+        Self::DeploymentConfig,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Deployment => "Deployment",
+            Self::StatefulSet => "StatefulSet",
+            Self::DaemonSet => "DaemonSet",
+            Self::CronJob => "CronJob",
+            Self::Job => "Job",
+            Self::Rollout => "Rollout",
+            Self::DeploymentConfig => "DeploymentConfig",
+        }
+    }
+
+    /// JSON pointer of the pod template (`metadata` + `spec`) inside the workload object.
+    pub fn template_pointer(self) -> &'static str {
+        match self {
+            Self::CronJob => "/spec/jobTemplate/spec/template",
+            _ => "/spec/template",
+        }
+    }
+
+    /// The API group/version the kind is served from.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Self::Deployment | Self::StatefulSet | Self::DaemonSet => "apps/v1",
+            Self::CronJob | Self::Job => "batch/v1",
+            Self::Rollout => "argoproj.io/v1alpha1",
+            Self::DeploymentConfig => "apps.openshift.io/v1",
+        }
+    }
+}
+
+impl fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown workload kind {0:?}")]
+pub struct UnknownKind(pub String);
+
+impl FromStr for WorkloadKind {
+    type Err = UnknownKind;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| UnknownKind(s.to_string()))
+    }
+}

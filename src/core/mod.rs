@@ -1,0 +1,15 @@
+//! The pure core shared by the admission webhook, the watch loop and the offline tools.
+//!
+//! Everything here is a function of its inputs: no client, no async, no clock (callers pass `now`).
+//! Workloads are handled as JSON so that every kind (including CRDs such as Argo Rollouts) goes through
+//! the same code and no field of a newer API version is ever dropped.
+
+pub mod envname;
+pub mod hash;
+pub mod kinds;
+pub mod patch;
+pub mod plan;
+pub mod policy;
+pub mod refs;
+
+pub use kinds::{ResourceKind, WorkloadKind};

@@ -1,0 +1,494 @@
+//! Marker changes (SPEC §7, §10) and their rendering as RFC 6902 operations against one object.
+//!
+//! A marker change says what must change ("set env var X=h on container 0"); rendering turns it into
+//! JSON-patch ops that apply to exactly the object given: parents are added only when absent, `replace`
+//! only targets paths that exist, and no `test` op is ever emitted (a patch that fails to apply would
+//! reject the user's request even with `failurePolicy: Ignore`).
+
+use std::collections::BTreeMap;
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation, RemoveOperation, ReplaceOperation};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::policy::{CONFIG_HASHES_ANNOTATION, LAST_RELOADED_FROM_ANNOTATION};
+use super::{ResourceKind, WorkloadKind};
+
+/// Where a marker lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Place {
+    /// The pod template: changing it rolls the workload.
+    Template,
+    /// The workload's own metadata: records state without rolling (CronJob in `job` mode, Rollout restart).
+    Metadata,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum MarkerChange {
+    SetEnv {
+        container: usize,
+        name: String,
+        value: String,
+    },
+    RemoveEnv {
+        container: usize,
+        name: String,
+    },
+    SetConfigHash {
+        place: Place,
+        key: String,
+        hash: String,
+    },
+    RemoveConfigHash {
+        place: Place,
+        key: String,
+    },
+    SetLastReloadedFrom {
+        value: String,
+    },
+}
+
+/// The key of a resource in `rekindle.io/config-hashes`.
+pub fn config_hash_key(kind: ResourceKind, name: &str) -> String {
+    format!("{}/{}", kind.hash_key_prefix(), name)
+}
+
+/// Reloader's `last-reloaded-from` payload; field order and names as Reloader serialises them.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReloadSource<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub hash: &'a str,
+    pub container_refs: Vec<&'a str>,
+    pub observed_at: i64,
+}
+
+impl ReloadSource<'_> {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+fn annotations_pointer(kind: WorkloadKind, place: Place) -> PointerBuf {
+    let mut p = match place {
+        Place::Metadata => PointerBuf::root(),
+        Place::Template => template_pointer(kind),
+    };
+    p.push_back("metadata");
+    p.push_back("annotations");
+    p
+}
+
+fn template_pointer(kind: WorkloadKind) -> PointerBuf {
+    PointerBuf::from_tokens(kind.template_pointer().split('/').skip(1))
+}
+
+fn container_pointer(kind: WorkloadKind, container: usize) -> PointerBuf {
+    let mut p = template_pointer(kind);
+    p.push_back("spec");
+    p.push_back("containers");
+    p.push_back(container);
+    p
+}
+
+fn get<'a>(obj: &'a Value, ptr: &PointerBuf) -> Option<&'a Value> {
+    obj.pointer(ptr.as_str()).filter(|v| !v.is_null())
+}
+
+/// The config-hashes map at a place, empty when absent or unparsable.
+pub fn config_hashes(obj: &Value, kind: WorkloadKind, place: Place) -> BTreeMap<String, String> {
+    let mut ptr = annotations_pointer(kind, place);
+    ptr.push_back(CONFIG_HASHES_ANNOTATION);
+    get(obj, &ptr)
+        .and_then(Value::as_str)
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default()
+}
+
+/// The value of env var `name` in container `container`, if set with a plain value.
+pub fn env_value<'a>(
+    obj: &'a Value,
+    kind: WorkloadKind,
+    container: usize,
+    name: &str,
+) -> Option<&'a str> {
+    let mut ptr = container_pointer(kind, container);
+    ptr.push_back("env");
+    get(obj, &ptr)?
+        .as_array()?
+        .iter()
+        .find(|e| e.get("name").and_then(Value::as_str) == Some(name))?
+        .get("value")?
+        .as_str()
+}
+
+/// The value of env var `name` in the first container carrying it (the CSI check of SPEC §7).
+pub fn first_env_value<'a>(obj: &'a Value, kind: WorkloadKind, name: &str) -> Option<&'a str> {
+    let mut ptr = template_pointer(kind);
+    ptr.push_back("spec");
+    ptr.push_back("containers");
+    let containers = get(obj, &ptr)?.as_array()?;
+    containers.iter().find_map(|c| {
+        c.get("env")?
+            .as_array()?
+            .iter()
+            .find(|e| e.get("name").and_then(Value::as_str) == Some(name))
+            .map(|e| e.get("value").and_then(Value::as_str).unwrap_or(""))
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("the workload has no container {0}")]
+    NoContainer(usize),
+    #[error("a parent of {0} is not an object")]
+    NotAnObject(String),
+    #[error("the rendered patch did not apply: {0}")]
+    Apply(#[from] json_patch::PatchError),
+}
+
+/// Renders marker changes as RFC 6902 ops against `obj`. Each change is rendered against the result of
+/// the previous ones, so the ops apply in order to exactly this object.
+pub fn render(
+    obj: &Value,
+    kind: WorkloadKind,
+    changes: &[MarkerChange],
+) -> Result<Vec<PatchOperation>, RenderError> {
+    let mut working = obj.clone();
+    let mut all = Vec::new();
+    for change in changes {
+        let ops = render_one(&working, kind, change)?;
+        json_patch::patch(&mut working, &ops)?;
+        all.extend(ops);
+    }
+    Ok(all)
+}
+
+/// Renders and applies: the object as it will be after the changes.
+pub fn apply(
+    obj: &Value,
+    kind: WorkloadKind,
+    changes: &[MarkerChange],
+) -> Result<Value, RenderError> {
+    let ops = render(obj, kind, changes)?;
+    let mut out = obj.clone();
+    json_patch::patch(&mut out, &ops)?;
+    Ok(out)
+}
+
+fn add(path: PointerBuf, value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation { path, value })
+}
+
+/// Ops that create the missing objects along `ptr` (each parent added as `{}` only when absent).
+fn ensure_objects(
+    obj: &Value,
+    ptr: &PointerBuf,
+    ops: &mut Vec<PatchOperation>,
+) -> Result<(), RenderError> {
+    let mut current = PointerBuf::root();
+    let mut node = Some(obj);
+    for token in ptr.tokens() {
+        current.push_back(token.clone());
+        let next = node
+            .and_then(|n| n.as_object())
+            .and_then(|m| m.get(token.decoded().as_ref()));
+        match next {
+            Some(v) if v.is_object() => node = Some(v),
+            Some(Value::Null) | None => {
+                if node.is_some_and(|n| !n.is_object()) {
+                    return Err(RenderError::NotAnObject(current.to_string()));
+                }
+                ops.push(add(current.clone(), json!({})));
+                node = None;
+            }
+            Some(_) => return Err(RenderError::NotAnObject(current.to_string())),
+        }
+    }
+    Ok(())
+}
+
+fn set_annotation(
+    obj: &Value,
+    ann: PointerBuf,
+    key: &str,
+    value: String,
+) -> Result<Vec<PatchOperation>, RenderError> {
+    let mut ops = Vec::new();
+    ensure_objects(obj, &ann, &mut ops)?;
+    let mut path = ann;
+    path.push_back(key);
+    // `add` on an existing member replaces it, so it is right whether or not the key exists.
+    ops.push(add(path, Value::String(value)));
+    Ok(ops)
+}
+
+fn render_one(
+    obj: &Value,
+    kind: WorkloadKind,
+    change: &MarkerChange,
+) -> Result<Vec<PatchOperation>, RenderError> {
+    match change {
+        MarkerChange::SetEnv {
+            container,
+            name,
+            value,
+        } => {
+            let base = container_pointer(kind, *container);
+            let c = get(obj, &base)
+                .filter(|c| c.is_object())
+                .ok_or(RenderError::NoContainer(*container))?;
+            let mut env_ptr = base.clone();
+            env_ptr.push_back("env");
+            let entry = json!({"name": name, "value": value});
+            let Some(env) = c.get("env").and_then(Value::as_array) else {
+                return Ok(vec![add(env_ptr, json!([entry]))]);
+            };
+            match env
+                .iter()
+                .position(|e| e.get("name").and_then(Value::as_str) == Some(name))
+            {
+                Some(i) => {
+                    let mut path = env_ptr;
+                    path.push_back(i);
+                    let plain = env[i].get("value").is_some() && env[i].get("valueFrom").is_none();
+                    if plain {
+                        path.push_back("value");
+                        Ok(vec![PatchOperation::Replace(ReplaceOperation {
+                            path,
+                            value: json!(value),
+                        })])
+                    } else {
+                        Ok(vec![PatchOperation::Replace(ReplaceOperation {
+                            path,
+                            value: entry,
+                        })])
+                    }
+                }
+                None => {
+                    env_ptr.push_back("-");
+                    Ok(vec![add(env_ptr, entry)])
+                }
+            }
+        }
+        MarkerChange::RemoveEnv { container, name } => {
+            let mut env_ptr = container_pointer(kind, *container);
+            env_ptr.push_back("env");
+            let pos = get(obj, &env_ptr)
+                .and_then(Value::as_array)
+                .and_then(|env| {
+                    env.iter()
+                        .position(|e| e.get("name").and_then(Value::as_str) == Some(name))
+                });
+            Ok(pos
+                .map(|i| {
+                    env_ptr.push_back(i);
+                    vec![PatchOperation::Remove(RemoveOperation { path: env_ptr })]
+                })
+                .unwrap_or_default())
+        }
+        MarkerChange::SetConfigHash { place, key, hash } => {
+            let mut hashes = config_hashes(obj, kind, *place);
+            hashes.insert(key.clone(), hash.clone());
+            let value = serde_json::to_string(&hashes).unwrap_or_default();
+            set_annotation(
+                obj,
+                annotations_pointer(kind, *place),
+                CONFIG_HASHES_ANNOTATION,
+                value,
+            )
+        }
+        MarkerChange::RemoveConfigHash { place, key } => {
+            let mut hashes = config_hashes(obj, kind, *place);
+            if hashes.remove(key).is_none() {
+                return Ok(Vec::new());
+            }
+            let mut path = annotations_pointer(kind, *place);
+            if hashes.is_empty() {
+                path.push_back(CONFIG_HASHES_ANNOTATION);
+                return Ok(vec![PatchOperation::Remove(RemoveOperation { path })]);
+            }
+            let value = serde_json::to_string(&hashes).unwrap_or_default();
+            set_annotation(obj, path, CONFIG_HASHES_ANNOTATION, value)
+        }
+        MarkerChange::SetLastReloadedFrom { value } => set_annotation(
+            obj,
+            annotations_pointer(kind, Place::Template),
+            LAST_RELOADED_FROM_ANNOTATION,
+            value.clone(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deploy(containers: Value) -> Value {
+        json!({"metadata": {"name": "d"}, "spec": {"template": {"spec": {"containers": containers}}}})
+    }
+
+    fn set_env(c: usize, name: &str, value: &str) -> MarkerChange {
+        MarkerChange::SetEnv {
+            container: c,
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+
+    #[test]
+    fn env_added_to_container_without_env() {
+        let obj = deploy(json!([{"name": "a"}]));
+        let out = apply(
+            &obj,
+            WorkloadKind::Deployment,
+            &[set_env(0, "X", "h1"), set_env(0, "Y", "h2")],
+        )
+        .unwrap();
+        assert_eq!(
+            out.pointer("/spec/template/spec/containers/0/env").unwrap(),
+            &json!([{"name": "X", "value": "h1"}, {"name": "Y", "value": "h2"}])
+        );
+    }
+
+    #[test]
+    fn env_replaced_in_place_and_appended() {
+        let obj = deploy(
+            json!([{"name": "a", "env": [{"name": "A", "value": "1"}, {"name": "X", "value": "old"}]}]),
+        );
+        let ops = render(&obj, WorkloadKind::Deployment, &[set_env(0, "X", "new")]).unwrap();
+        assert_eq!(serde_json::to_value(&ops).unwrap()[0]["op"], "replace");
+        let out = apply(
+            &obj,
+            WorkloadKind::Deployment,
+            &[set_env(0, "X", "new"), set_env(0, "Z", "z")],
+        )
+        .unwrap();
+        assert_eq!(
+            out.pointer("/spec/template/spec/containers/0/env").unwrap(),
+            &json!([{"name": "A", "value": "1"}, {"name": "X", "value": "new"}, {"name": "Z", "value": "z"}])
+        );
+    }
+
+    #[test]
+    fn env_with_value_from_is_replaced_whole() {
+        let obj = deploy(
+            json!([{"name": "a", "env": [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]}]),
+        );
+        let out = apply(&obj, WorkloadKind::Deployment, &[set_env(0, "X", "h")]).unwrap();
+        assert_eq!(
+            out.pointer("/spec/template/spec/containers/0/env/0")
+                .unwrap(),
+            &json!({"name": "X", "value": "h"})
+        );
+    }
+
+    #[test]
+    fn env_removed() {
+        let obj = deploy(
+            json!([{"name": "a", "env": [{"name": "A", "value": "1"}, {"name": "X", "value": "h"}]}]),
+        );
+        let rm = MarkerChange::RemoveEnv {
+            container: 0,
+            name: "X".into(),
+        };
+        let out = apply(&obj, WorkloadKind::Deployment, std::slice::from_ref(&rm)).unwrap();
+        assert_eq!(
+            out.pointer("/spec/template/spec/containers/0/env").unwrap(),
+            &json!([{"name": "A", "value": "1"}])
+        );
+        // Removing again is nothing to do.
+        assert!(render(&out, WorkloadKind::Deployment, &[rm])
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn missing_container_is_an_error_not_a_panic() {
+        let obj = deploy(json!([]));
+        assert!(matches!(
+            render(&obj, WorkloadKind::Deployment, &[set_env(0, "X", "h")]),
+            Err(RenderError::NoContainer(0))
+        ));
+    }
+
+    #[test]
+    fn config_hashes_create_parents_and_keep_other_annotations() {
+        let set = |k: &str, h: &str| MarkerChange::SetConfigHash {
+            place: Place::Template,
+            key: k.into(),
+            hash: h.into(),
+        };
+        // No template metadata at all.
+        let obj = deploy(json!([{"name": "a"}]));
+        let out = apply(
+            &obj,
+            WorkloadKind::Deployment,
+            &[set("secret/s", "2"), set("configmap/c", "1")],
+        )
+        .unwrap();
+        assert_eq!(
+            out.pointer("/spec/template/metadata/annotations/rekindle.io~1config-hashes")
+                .unwrap(),
+            r#"{"configmap/c":"1","secret/s":"2"}"#
+        );
+        // Existing annotations survive.
+        let mut obj = deploy(json!([{"name": "a"}]));
+        obj["spec"]["template"]["metadata"] = json!({"annotations": {"keep": "me"}});
+        let out = apply(&obj, WorkloadKind::Deployment, &[set("configmap/c", "1")]).unwrap();
+        assert_eq!(
+            out.pointer("/spec/template/metadata/annotations/keep")
+                .unwrap(),
+            "me"
+        );
+        // Removal of the last entry removes the annotation.
+        let rm = MarkerChange::RemoveConfigHash {
+            place: Place::Template,
+            key: "configmap/c".into(),
+        };
+        let out = apply(&out, WorkloadKind::Deployment, &[rm]).unwrap();
+        assert!(out
+            .pointer("/spec/template/metadata/annotations/rekindle.io~1config-hashes")
+            .is_none());
+    }
+
+    #[test]
+    fn metadata_place_for_cronjob() {
+        let obj = json!({"metadata": {"name": "c", "annotations": null}, "spec": {"jobTemplate": {"spec": {"template": {"spec": {}}}}}});
+        let set = MarkerChange::SetConfigHash {
+            place: Place::Metadata,
+            key: "configmap/c".into(),
+            hash: "h".into(),
+        };
+        let out = apply(&obj, WorkloadKind::CronJob, &[set]).unwrap();
+        assert_eq!(
+            config_hashes(&out, WorkloadKind::CronJob, Place::Metadata)["configmap/c"],
+            "h"
+        );
+        assert!(out
+            .pointer("/spec/jobTemplate/spec/template/metadata")
+            .is_none());
+    }
+
+    #[test]
+    fn last_reloaded_from_json_shape() {
+        let s = ReloadSource {
+            kind: "CONFIGMAP",
+            name: "c",
+            namespace: "ns",
+            hash: "h",
+            container_refs: vec!["app"],
+            observed_at: 42,
+        };
+        assert_eq!(
+            s.to_json(),
+            r#"{"type":"CONFIGMAP","name":"c","namespace":"ns","hash":"h","containerRefs":["app"],"observedAt":42}"#
+        );
+    }
+}

@@ -1,0 +1,699 @@
+//! One decision end to end: policy (§5), container (§6) and marker changes (§7, §10) for one workload
+//! and one changed resource. The webhook, the writer and `rekindle explain` all call this.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::envname::env_var_name;
+use super::hash::delete_marker_hash;
+use super::patch::{
+    config_hash_key, config_hashes, env_value, first_env_value, MarkerChange, Place, ReloadSource,
+};
+use super::policy::{decide, Decision, PolicyConfig, Reason, ResourceFlags, WorkloadPolicy};
+use super::refs::{self, ContainerRef};
+use super::{ResourceKind, WorkloadKind};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    #[default]
+    EnvVars,
+    Annotations,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CronJobStrategy {
+    /// Create a Job from the template (Reloader's behaviour).
+    #[default]
+    Job,
+    /// Patch the job template; the next scheduled run uses the new config.
+    Template,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Event {
+    Create,
+    Update,
+    Delete,
+}
+
+/// How a reload is carried out for this workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    Patch,
+    CreateJob,
+    RecreateJob,
+    Restart,
+    None,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PlanConfig {
+    pub policy: PolicyConfig,
+    pub strategy: Strategy,
+    pub cronjob_strategy: CronJobStrategy,
+    pub reload_on_create: bool,
+    pub reload_on_delete: bool,
+}
+
+/// The changed resource.
+#[derive(Debug, Clone, Copy)]
+pub struct Change<'a> {
+    pub kind: ResourceKind,
+    pub name: &'a str,
+    pub namespace: &'a str,
+    /// The resource's current hash (ignored for deletes).
+    pub hash: &'a str,
+    pub flags: ResourceFlags,
+    pub event: Event,
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub decision: Decision,
+    pub action: Action,
+    pub container: Option<ContainerRef>,
+    pub changes: Vec<MarkerChange>,
+}
+
+impl Plan {
+    fn none(decision: Decision, reason: Reason) -> Self {
+        Self {
+            decision: Decision {
+                reload: false,
+                reason,
+                ..decision
+            },
+            action: Action::None,
+            container: None,
+            changes: vec![],
+        }
+    }
+}
+
+/// Where this workload keeps its markers: the pod template, or its metadata when a template change
+/// would be wrong (CronJob in `job` mode: the template is copied into Jobs; Rollout restart).
+pub fn marker_place(cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Place {
+    match (kind, cfg.cronjob_strategy) {
+        (WorkloadKind::CronJob, CronJobStrategy::Job) => Place::Metadata,
+        (WorkloadKind::Rollout, _) if rollout_restart(cfg, obj) => Place::Metadata,
+        _ => Place::Template,
+    }
+}
+
+fn rollout_restart(cfg: &PlanConfig, obj: &Value) -> bool {
+    let key = &cfg.policy.keys.rollout_strategy;
+    obj.pointer("/metadata/annotations")
+        .and_then(|a| a.get(key))
+        .and_then(Value::as_str)
+        == Some("restart")
+}
+
+fn action_for(cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Action {
+    match kind {
+        WorkloadKind::CronJob if cfg.cronjob_strategy == CronJobStrategy::Job => Action::CreateJob,
+        WorkloadKind::Job => Action::RecreateJob,
+        WorkloadKind::Rollout if rollout_restart(cfg, obj) => Action::Restart,
+        _ => Action::Patch,
+    }
+}
+
+/// The current marker for a resource, read from where this workload keeps it.
+pub fn current_marker(
+    cfg: &PlanConfig,
+    obj: &Value,
+    kind: WorkloadKind,
+    res: ResourceKind,
+    name: &str,
+    container: Option<&ContainerRef>,
+) -> Option<String> {
+    let place = marker_place(cfg, obj, kind);
+    if place == Place::Metadata || cfg.strategy == Strategy::Annotations {
+        return config_hashes(obj, kind, place).remove(&config_hash_key(res, name));
+    }
+    let env = env_var_name(name, res);
+    if res == ResourceKind::SecretProviderClass {
+        return first_env_value(obj, kind, &env).map(str::to_string);
+    }
+    env_value(obj, kind, container?.index, &env).map(str::to_string)
+}
+
+/// Decides and, when the workload must reload, lists the marker changes that bring it up to date.
+/// `now` is the unix time written into `last-reloaded-from`.
+pub fn plan(
+    cfg: &PlanConfig,
+    obj: &Value,
+    kind: WorkloadKind,
+    change: &Change<'_>,
+    now: i64,
+) -> Plan {
+    let policy = WorkloadPolicy::from_workload(&cfg.policy.keys, obj, kind);
+    plan_with_policy(cfg, obj, kind, &policy, change, now)
+}
+
+pub fn plan_with_policy(
+    cfg: &PlanConfig,
+    obj: &Value,
+    kind: WorkloadKind,
+    policy: &WorkloadPolicy,
+    change: &Change<'_>,
+    now: i64,
+) -> Plan {
+    let spec = refs::pod_spec(obj, kind);
+    let decision = decide(
+        &cfg.policy,
+        kind,
+        policy,
+        spec,
+        change.kind,
+        change.name,
+        change.flags,
+    );
+    if !decision.reload {
+        let reason = decision.reason;
+        return Plan::none(decision, reason);
+    }
+    let disabled = match change.event {
+        Event::Create => !cfg.reload_on_create,
+        Event::Delete => !cfg.reload_on_delete,
+        Event::Update => false,
+    };
+    if disabled {
+        return Plan::none(decision, Reason::EventDisabled);
+    }
+    let Some(spec) = spec else {
+        return Plan::none(decision, Reason::NoPodTemplate);
+    };
+    if kind == WorkloadKind::CronJob
+        && cfg.cronjob_strategy == CronJobStrategy::Job
+        && obj.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true)
+    {
+        return Plan::none(decision, Reason::Suspended);
+    }
+    let Some(container) = refs::choose_container(spec, change.kind, change.name, decision.auto)
+    else {
+        return Plan::none(decision, Reason::NoContainer);
+    };
+    let changes = marker_changes(cfg, obj, kind, change, &container, now);
+    if changes.is_empty() {
+        return Plan {
+            container: Some(container),
+            ..Plan::none(decision, Reason::AlreadyCurrent)
+        };
+    }
+    Plan {
+        action: action_for(cfg, obj, kind),
+        decision,
+        container: Some(container),
+        changes,
+    }
+}
+
+/// The marker changes for one resource on one chosen container; empty when already current.
+pub fn marker_changes(
+    cfg: &PlanConfig,
+    obj: &Value,
+    kind: WorkloadKind,
+    change: &Change<'_>,
+    container: &ContainerRef,
+    now: i64,
+) -> Vec<MarkerChange> {
+    let place = marker_place(cfg, obj, kind);
+    let key = config_hash_key(change.kind, change.name);
+    let current = current_marker(cfg, obj, kind, change.kind, change.name, Some(container));
+    let deleting = change.event == Event::Delete;
+    if deleting {
+        if current.is_none() {
+            return Vec::new();
+        }
+    } else if current.as_deref() == Some(change.hash) {
+        return Vec::new();
+    }
+
+    let mut out = Vec::new();
+    if place == Place::Metadata {
+        out.push(if deleting {
+            MarkerChange::RemoveConfigHash {
+                place,
+                key: key.clone(),
+            }
+        } else {
+            MarkerChange::SetConfigHash {
+                place,
+                key: key.clone(),
+                hash: change.hash.to_string(),
+            }
+        });
+        // A Rollout restart only records the marker; the writer sets spec.restartAt.
+        if kind == WorkloadKind::Rollout {
+            return out;
+        }
+    }
+    match cfg.strategy {
+        Strategy::EnvVars => {
+            let name = env_var_name(change.name, change.kind);
+            out.push(if deleting {
+                MarkerChange::RemoveEnv {
+                    container: container.index,
+                    name,
+                }
+            } else {
+                MarkerChange::SetEnv {
+                    container: container.index,
+                    name,
+                    value: change.hash.to_string(),
+                }
+            });
+        }
+        Strategy::Annotations => {
+            let hash = if deleting {
+                delete_marker_hash()
+            } else {
+                change.hash.to_string()
+            };
+            if place == Place::Template {
+                out.push(if deleting {
+                    MarkerChange::RemoveConfigHash { place, key }
+                } else {
+                    MarkerChange::SetConfigHash {
+                        place,
+                        key,
+                        hash: hash.clone(),
+                    }
+                });
+            }
+            let source = ReloadSource {
+                kind: change.kind.env_suffix(),
+                name: change.name,
+                namespace: change.namespace,
+                hash: &hash,
+                container_refs: vec![container.name.as_str()],
+                observed_at: now,
+            };
+            out.push(MarkerChange::SetLastReloadedFrom {
+                value: source.to_json(),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::patch::apply;
+    use serde_json::json;
+
+    const H1: &str = "3c9a892aeaedc759abc3df9884a37b8be5680382";
+    const H2: &str = "f83e99e324ba68ccc373a58ef1eb42f8ab88646a";
+
+    fn workload(kind: WorkloadKind, annotations: Value) -> Value {
+        let template = json!({"metadata": {"labels": {"app": "x"}}, "spec": {
+            "initContainers": [{"name": "init", "envFrom": [{"secretRef": {"name": "init-secret"}}]}],
+            "containers": [
+                {"name": "main", "image": "busybox"},
+                {"name": "side", "envFrom": [{"configMapRef": {"name": "app-config"}}],
+                 "volumeMounts": [{"name": "v", "mountPath": "/v"}]}
+            ],
+            "volumes": [{"name": "v", "projected": {"sources": [{"secret": {"name": "proj-secret"}}]}}]
+        }});
+        let spec = match kind {
+            WorkloadKind::CronJob => {
+                json!({"schedule": "* * * * *", "jobTemplate": {"spec": {"template": template}}})
+            }
+            _ => json!({"template": template}),
+        };
+        json!({"apiVersion": kind.api_version(), "kind": kind.name(),
+               "metadata": {"name": "w", "namespace": "ns", "annotations": annotations}, "spec": spec})
+    }
+
+    fn update<'a>(kind: ResourceKind, name: &'a str, hash: &'a str) -> Change<'a> {
+        Change {
+            kind,
+            name,
+            namespace: "ns",
+            hash,
+            flags: ResourceFlags::default(),
+            event: Event::Update,
+        }
+    }
+
+    fn auto() -> Value {
+        json!({"reloader.stakater.com/auto": "true"})
+    }
+
+    /// Plans, applies the ops, and checks that planning again on the result has nothing to do.
+    fn reload_and_check_idempotent(
+        cfg: &PlanConfig,
+        obj: &Value,
+        kind: WorkloadKind,
+        change: &Change<'_>,
+    ) -> Value {
+        let p = plan(cfg, obj, kind, change, 100);
+        assert!(
+            p.decision.reload,
+            "{kind}: expected a reload, got {:?}",
+            p.decision.reason
+        );
+        let out = apply(obj, kind, &p.changes).unwrap();
+        let again = plan(cfg, &out, kind, change, 200);
+        assert_eq!(
+            again.decision.reason,
+            Reason::AlreadyCurrent,
+            "{kind}: not idempotent"
+        );
+        assert!(again.changes.is_empty());
+        out
+    }
+
+    #[test]
+    fn env_vars_on_every_kind_and_reference() {
+        let cfg = PlanConfig {
+            cronjob_strategy: CronJobStrategy::Template,
+            ..Default::default()
+        };
+        for kind in WorkloadKind::ALL {
+            let obj = workload(kind, auto());
+            let tpl = kind.template_pointer();
+            for (res, name, container, env) in [
+                (
+                    ResourceKind::ConfigMap,
+                    "app-config",
+                    1,
+                    "STAKATER_APP_CONFIG_CONFIGMAP",
+                ),
+                (
+                    ResourceKind::Secret,
+                    "proj-secret",
+                    1,
+                    "STAKATER_PROJ_SECRET_SECRET",
+                ),
+                (
+                    ResourceKind::Secret,
+                    "init-secret",
+                    0,
+                    "STAKATER_INIT_SECRET_SECRET",
+                ),
+            ] {
+                let out = reload_and_check_idempotent(&cfg, &obj, kind, &update(res, name, H1));
+                let env_ptr = format!("{tpl}/spec/containers/{container}/env");
+                assert_eq!(
+                    out.pointer(&env_ptr).unwrap(),
+                    &json!([{"name": env, "value": H1}]),
+                    "{kind} {name}"
+                );
+                // A new hash replaces the value in place.
+                let out2 = reload_and_check_idempotent(&cfg, &out, kind, &update(res, name, H2));
+                assert_eq!(
+                    out2.pointer(&env_ptr).unwrap(),
+                    &json!([{"name": env, "value": H2}])
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn annotations_strategy_is_idempotent_and_writes_last_reloaded_from() {
+        let cfg = PlanConfig {
+            strategy: Strategy::Annotations,
+            ..Default::default()
+        };
+        let obj = workload(WorkloadKind::Deployment, auto());
+        let out = reload_and_check_idempotent(
+            &cfg,
+            &obj,
+            WorkloadKind::Deployment,
+            &update(ResourceKind::ConfigMap, "app-config", H1),
+        );
+        let ann = out.pointer("/spec/template/metadata/annotations").unwrap();
+        assert_eq!(
+            ann["rekindle.io/config-hashes"],
+            format!(r#"{{"configmap/app-config":"{H1}"}}"#)
+        );
+        let lrf: Value = serde_json::from_str(
+            ann["reloader.stakater.com/last-reloaded-from"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            lrf,
+            json!({"type": "CONFIGMAP", "name": "app-config", "namespace": "ns", "hash": H1, "containerRefs": ["side"], "observedAt": 100})
+        );
+        // The env is untouched under the annotations strategy.
+        assert!(out
+            .pointer("/spec/template/spec/containers/1/env")
+            .is_none());
+    }
+
+    #[test]
+    fn delete_handling() {
+        let change = |event, hash| Change {
+            event,
+            ..update(ResourceKind::ConfigMap, "app-config", hash)
+        };
+        for strategy in [Strategy::EnvVars, Strategy::Annotations] {
+            let cfg = PlanConfig {
+                strategy,
+                reload_on_delete: true,
+                ..Default::default()
+            };
+            let obj = workload(WorkloadKind::Deployment, auto());
+            // Nothing to remove on a workload without the marker.
+            assert_eq!(
+                plan(
+                    &cfg,
+                    &obj,
+                    WorkloadKind::Deployment,
+                    &change(Event::Delete, ""),
+                    1
+                )
+                .decision
+                .reason,
+                Reason::AlreadyCurrent
+            );
+            let stamped = apply(
+                &obj,
+                WorkloadKind::Deployment,
+                &plan(
+                    &cfg,
+                    &obj,
+                    WorkloadKind::Deployment,
+                    &change(Event::Update, H1),
+                    1,
+                )
+                .changes,
+            )
+            .unwrap();
+            let p = plan(
+                &cfg,
+                &stamped,
+                WorkloadKind::Deployment,
+                &change(Event::Delete, ""),
+                2,
+            );
+            assert!(p.decision.reload, "{strategy:?}");
+            let out = apply(&stamped, WorkloadKind::Deployment, &p.changes).unwrap();
+            match strategy {
+                Strategy::EnvVars => assert_eq!(
+                    out.pointer("/spec/template/spec/containers/1/env").unwrap(),
+                    &json!([])
+                ),
+                Strategy::Annotations => {
+                    let ann = out.pointer("/spec/template/metadata/annotations").unwrap();
+                    assert!(ann.get("rekindle.io/config-hashes").is_none());
+                    let lrf: Value = serde_json::from_str(
+                        ann["reloader.stakater.com/last-reloaded-from"]
+                            .as_str()
+                            .unwrap(),
+                    )
+                    .unwrap();
+                    assert_eq!(lrf["hash"], delete_marker_hash());
+                }
+            }
+            // Without --reload-on-delete the delete is not acted on.
+            let off = PlanConfig {
+                reload_on_delete: false,
+                ..cfg.clone()
+            };
+            assert_eq!(
+                plan(
+                    &off,
+                    &stamped,
+                    WorkloadKind::Deployment,
+                    &change(Event::Delete, ""),
+                    2
+                )
+                .decision
+                .reason,
+                Reason::EventDisabled
+            );
+        }
+    }
+
+    #[test]
+    fn create_needs_reload_on_create() {
+        let obj = workload(WorkloadKind::Deployment, auto());
+        let c = Change {
+            event: Event::Create,
+            ..update(ResourceKind::ConfigMap, "app-config", H1)
+        };
+        assert_eq!(
+            plan(
+                &PlanConfig::default(),
+                &obj,
+                WorkloadKind::Deployment,
+                &c,
+                0
+            )
+            .decision
+            .reason,
+            Reason::EventDisabled
+        );
+        let cfg = PlanConfig {
+            reload_on_create: true,
+            ..Default::default()
+        };
+        assert!(
+            plan(&cfg, &obj, WorkloadKind::Deployment, &c, 0)
+                .decision
+                .reload
+        );
+    }
+
+    #[test]
+    fn cronjob_job_mode_keeps_markers_in_metadata() {
+        let cfg = PlanConfig::default();
+        let obj = workload(WorkloadKind::CronJob, auto());
+        let p = plan(
+            &cfg,
+            &obj,
+            WorkloadKind::CronJob,
+            &update(ResourceKind::ConfigMap, "app-config", H1),
+            0,
+        );
+        assert_eq!(p.action, Action::CreateJob);
+        let out = reload_and_check_idempotent(
+            &cfg,
+            &obj,
+            WorkloadKind::CronJob,
+            &update(ResourceKind::ConfigMap, "app-config", H1),
+        );
+        assert_eq!(
+            config_hashes(&out, WorkloadKind::CronJob, Place::Metadata)["configmap/app-config"],
+            H1
+        );
+        let mut suspended = obj.clone();
+        suspended["spec"]["suspend"] = json!(true);
+        assert_eq!(
+            plan(
+                &cfg,
+                &suspended,
+                WorkloadKind::CronJob,
+                &update(ResourceKind::ConfigMap, "app-config", H1),
+                0
+            )
+            .decision
+            .reason,
+            Reason::Suspended
+        );
+    }
+
+    #[test]
+    fn rollout_restart_and_workload_ref() {
+        let cfg = PlanConfig::default();
+        let mut ann = auto();
+        ann["reloader.stakater.com/rollout-strategy"] = json!("restart");
+        let obj = workload(WorkloadKind::Rollout, ann);
+        let p = plan(
+            &cfg,
+            &obj,
+            WorkloadKind::Rollout,
+            &update(ResourceKind::ConfigMap, "app-config", H1),
+            0,
+        );
+        assert_eq!(p.action, Action::Restart);
+        assert_eq!(
+            p.changes,
+            vec![MarkerChange::SetConfigHash {
+                place: Place::Metadata,
+                key: "configmap/app-config".into(),
+                hash: H1.into()
+            }]
+        );
+        let workload_ref = json!({"metadata": {"name": "r", "annotations": auto()}, "spec": {"workloadRef": {"kind": "Deployment", "name": "d"}}});
+        assert_eq!(
+            plan(
+                &cfg,
+                &workload_ref,
+                WorkloadKind::Rollout,
+                &update(ResourceKind::ConfigMap, "app-config", H1),
+                0
+            )
+            .decision
+            .reason,
+            Reason::NotReferenced
+        );
+    }
+
+    #[test]
+    fn named_unreferenced_goes_to_first_container_and_no_containers_is_no_reload() {
+        let cfg = PlanConfig::default();
+        let obj = workload(
+            WorkloadKind::Deployment,
+            json!({"configmap.reloader.stakater.com/reload": "other"}),
+        );
+        let out = reload_and_check_idempotent(
+            &cfg,
+            &obj,
+            WorkloadKind::Deployment,
+            &update(ResourceKind::ConfigMap, "other", H1),
+        );
+        assert_eq!(
+            out.pointer("/spec/template/spec/containers/0/env/0/name")
+                .unwrap(),
+            "STAKATER_OTHER_CONFIGMAP"
+        );
+        let empty = json!({"metadata": {"annotations": {"configmap.reloader.stakater.com/reload": "other"}}, "spec": {"template": {"spec": {"containers": []}}}});
+        assert_eq!(
+            plan(
+                &cfg,
+                &empty,
+                WorkloadKind::Deployment,
+                &update(ResourceKind::ConfigMap, "other", H1),
+                0
+            )
+            .decision
+            .reason,
+            Reason::NoContainer
+        );
+    }
+
+    #[test]
+    fn csi_checks_first_container_carrying_the_name() {
+        let cfg = PlanConfig::default();
+        let obj = json!({"metadata": {"annotations": auto()}, "spec": {"template": {"spec": {
+            "volumes": [{"name": "s", "csi": {"driver": "d", "volumeAttributes": {"secretProviderClass": "spc"}}}],
+            "containers": [{"name": "a", "env": [{"name": "STAKATER_SPC_SECRETPROVIDERCLASS", "value": H1}]},
+                           {"name": "b", "volumeMounts": [{"name": "s"}]}]}}}});
+        let p = plan(
+            &cfg,
+            &obj,
+            WorkloadKind::Deployment,
+            &update(ResourceKind::SecretProviderClass, "spc", H1),
+            0,
+        );
+        assert_eq!(p.decision.reason, Reason::AlreadyCurrent);
+        let p = plan(
+            &cfg,
+            &obj,
+            WorkloadKind::Deployment,
+            &update(ResourceKind::SecretProviderClass, "spc", H2),
+            0,
+        );
+        assert_eq!(p.container.unwrap().name, "b");
+    }
+}
