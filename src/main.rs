@@ -1,1 +1,53 @@
-fn main() {}
+use std::process::ExitCode;
+
+use clap::Parser;
+use rekindle::cli::{Cli, Command, Config};
+
+fn config_or_exit(args: &rekindle::cli::ServerArgs) -> Result<Config, ExitCode> {
+    match Config::from_args(args, |k| std::env::var(k).ok()) {
+        Ok((config, warnings)) => {
+            for w in warnings {
+                eprintln!("WARNING: {w}");
+            }
+            Ok(config)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Hash(args)) => rekindle::tools::run_hash(&args.file, args.output),
+        Some(Command::Explain(args)) => {
+            let config = match config_or_exit(&args.server) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            rekindle::tools::run_explain(
+                &config.plan,
+                &args.workload,
+                &args.changed,
+                args.event,
+                args.output,
+            )
+        }
+        None => {
+            let config = match config_or_exit(&cli.server) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            rekindle::app::main(config)
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,788 @@
+//! The command line: Reloader's flags with Reloader's names and defaults, plus rekindle's own, parsed the
+//! way a Reloader command line is written (SPEC §12) and validated into a typed [`Config`].
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::core::plan::{CronJobStrategy, PlanConfig, Strategy};
+use crate::core::policy::{AnnotationKeys, PolicyConfig};
+use crate::core::WorkloadKind;
+use crate::duration::parse_go_duration;
+use crate::selector::Selector;
+
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("REKINDLE_GIT_COMMIT"),
+    ")"
+);
+
+#[derive(Debug, Parser)]
+#[command(name = "rekindle", version = VERSION, about = "Restarts workloads when the ConfigMaps, Secrets or SecretProviderClasses they use change.\n\nWithout a subcommand rekindle runs the server: the admission webhook and the watch loop.", args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the hash and env-var name rekindle (and Reloader) computes for each ConfigMap, Secret or
+    /// SecretProviderClassPodStatus in a file.
+    Hash(HashArgs),
+    /// Say whether a workload would reload for a change of a resource, why, and what rekindle would change.
+    Explain(Box<ExplainArgs>),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct HashArgs {
+    /// YAML or JSON file with one or more documents (`-` for standard input).
+    #[arg(short = 'f', long = "filename")]
+    pub file: PathBuf,
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum EventArg {
+    Update,
+    Create,
+    Delete,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The workload manifest (YAML or JSON).
+    #[arg(long)]
+    pub workload: PathBuf,
+    /// The changed ConfigMap, Secret or SecretProviderClassPodStatus, as it is after the change.
+    #[arg(long)]
+    pub changed: PathBuf,
+    #[arg(long, value_enum, default_value = "update")]
+    pub event: EventArg,
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: Output,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// Go's `strconv.ParseBool` spellings, plus yes/no/on/off.
+fn parse_bool(s: &str) -> Result<bool, String> {
+    if let Some(b) = crate::core::policy::parse_go_bool(s) {
+        return Ok(b);
+    }
+    match s.to_ascii_lowercase().as_str() {
+        "yes" | "y" | "on" => Ok(true),
+        "no" | "n" | "off" => Ok(false),
+        _ => Err(format!("{s:?} is not a boolean (true or false)")),
+    }
+}
+
+/// Every server flag. Boolean flags take `--flag`, `--flag=true|false`; Reloader's string booleans
+/// (`--is-Argo-Rollouts`, `--reload-on-create`, `--reload-on-delete`) also take `--flag true`.
+#[derive(Debug, Args, Clone)]
+pub struct ServerArgs {
+    /// Reload every workload that references a changed resource, without annotations.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub auto_reload_all: bool,
+    /// Annotation naming ConfigMaps to reload for.
+    #[arg(long, default_value = "configmap.reloader.stakater.com/reload")]
+    pub configmap_annotation: String,
+    /// Annotation naming Secrets to reload for.
+    #[arg(long, default_value = "secret.reloader.stakater.com/reload")]
+    pub secret_annotation: String,
+    /// Annotation enabling reload on any referenced resource.
+    #[arg(long, default_value = "reloader.stakater.com/auto")]
+    pub auto_annotation: String,
+    /// Annotation enabling reload on referenced ConfigMaps.
+    #[arg(long, default_value = "configmap.reloader.stakater.com/auto")]
+    pub configmap_auto_annotation: String,
+    /// Annotation enabling reload on referenced Secrets.
+    #[arg(long, default_value = "secret.reloader.stakater.com/auto")]
+    pub secret_auto_annotation: String,
+    /// Annotation enabling reload on referenced resources that carry the match annotation.
+    #[arg(long, default_value = "reloader.stakater.com/search")]
+    pub auto_search_annotation: String,
+    /// Annotation on a resource that makes it eligible for search.
+    #[arg(long, default_value = "reloader.stakater.com/match")]
+    pub search_match_annotation: String,
+    /// Annotation on a resource that makes it never trigger a reload.
+    #[arg(long, default_value = "reloader.stakater.com/ignore")]
+    pub ignore_annotation: String,
+    /// Annotation holding a Deployment's pause period.
+    #[arg(long, default_value = "deployment.reloader.stakater.com/pause-period")]
+    pub pause_deployment_annotation: String,
+    /// Annotation recording when rekindle paused a Deployment.
+    #[arg(long, default_value = "deployment.reloader.stakater.com/paused-at")]
+    pub pause_deployment_time_annotation: String,
+    /// Log format: empty for text, or `json`.
+    #[arg(long, default_value = "")]
+    pub log_format: String,
+    /// Log level: trace, debug, info, warn(ing), error, fatal, panic.
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+    /// POST a JSON notification to this URL instead of reloading workloads.
+    #[arg(long)]
+    pub webhook_url: Option<String>,
+    /// Resource types not to watch: `configmaps` or `secrets` (not both).
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub resources_to_ignore: Vec<String>,
+    /// Workload types never to reload: `jobs`, `cronjobs`.
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub ignored_workload_types: Vec<String>,
+    /// Namespaces to watch (default: all, or KUBERNETES_NAMESPACE when set).
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub namespaces: Vec<String>,
+    /// Namespaces to ignore (cluster-wide mode only).
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub namespaces_to_ignore: Vec<String>,
+    /// Only namespaces whose labels match (cluster-wide mode only; `k:v`, `k:*`, `k=v`, ANDed).
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub namespace_selector: Vec<String>,
+    /// Only ConfigMaps, Secrets and SecretProviderClassPodStatuses whose labels match.
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub resource_label_selector: Vec<String>,
+    /// Reload Argo Rollouts too.
+    #[arg(long = "is-Argo-Rollouts", num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub is_argo_rollouts: bool,
+    /// How workloads are restarted: `env-vars` or `annotations`.
+    #[arg(long, default_value = "env-vars")]
+    pub reload_strategy: String,
+    /// Treat a newly created resource as a change.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub reload_on_create: bool,
+    /// Remove the marker when a referenced resource is deleted (rolls the workload).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub reload_on_delete: bool,
+    /// Run several replicas; a Lease elects the one that writes.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub enable_ha: bool,
+    /// With --reload-on-create, treat existing resources whose marker is absent as created at start-up.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub sync_after_restart: bool,
+    /// Watch SecretProviderClassPodStatuses of the Secrets Store CSI driver.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub enable_csi_integration: bool,
+    /// Accepted for compatibility; rekindle serves no pprof.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub enable_pprof: bool,
+    /// Accepted for compatibility; rekindle serves no pprof.
+    #[arg(long, default_value = ":6060")]
+    pub pprof_addr: String,
+    /// Leader election lease duration.
+    #[arg(long, default_value = "15s")]
+    pub leader_election_lease_duration: String,
+    /// Leader election renew deadline.
+    #[arg(long, default_value = "10s")]
+    pub leader_election_renew_deadline: String,
+    /// Leader election retry period.
+    #[arg(long, default_value = "2s")]
+    pub leader_election_retry_period: String,
+    /// Changes to one workload within this window become one reload (0 = off).
+    #[arg(long, default_value = "250ms")]
+    pub reload_debounce: String,
+    /// The longest a reload is delayed by debouncing.
+    #[arg(long, default_value = "2s")]
+    pub reload_debounce_max: String,
+    /// Per-workload cooldown between reloads; changes inside it merge into one reload (0 = off).
+    #[arg(long, default_value = "0s")]
+    pub min_reload_interval: String,
+    /// Reload patches in flight at once.
+    #[arg(long, default_value_t = 16)]
+    pub max_concurrent_reloads: usize,
+    /// CronJobs: `job` creates a Job from the template; `template` patches the job template.
+    #[arg(long, default_value = "job")]
+    pub cronjob_strategy: String,
+    /// How often every workload's markers are compared with the current hashes.
+    #[arg(long, default_value = "10m")]
+    pub consistency_interval: String,
+    /// Admission webhook (TLS) listen address.
+    #[arg(long, default_value = ":9443")]
+    pub webhook_addr: String,
+    /// Admin server (/live, /ready, /metrics) listen address.
+    #[arg(long, default_value = ":9090")]
+    pub admin_addr: String,
+    /// Webhook serving certificate (PEM); reloaded when it changes.
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Webhook serving key (PEM); reloaded when it changes.
+    #[arg(long)]
+    pub tls_key_file: Option<PathBuf>,
+    /// Lowest TLS version the webhook accepts: 1.2 or 1.3.
+    #[arg(long, default_value = "1.3")]
+    pub tls_min_version: String,
+    /// Kubeconfig file (default: in-cluster, then KUBECONFIG, then ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+/// Which namespaces rekindle acts in.
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    /// `Some`: only these (from --namespaces or KUBERNETES_NAMESPACE). `None`: cluster-wide.
+    pub namespaces: Option<BTreeSet<String>>,
+    pub namespaces_to_ignore: BTreeSet<String>,
+    pub namespace_selector: Option<Selector>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub plan: PlanConfig,
+    pub log_format: LogFormat,
+    /// A `tracing` filter directive.
+    pub log_level: &'static str,
+    pub webhook_url: Option<String>,
+    pub ignore_configmaps: bool,
+    pub ignore_secrets: bool,
+    pub scope: Scope,
+    pub resource_label_selector: Option<Selector>,
+    pub argo_rollouts: bool,
+    pub enable_ha: bool,
+    pub sync_after_restart: bool,
+    pub enable_csi: bool,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+    pub reload_debounce: Duration,
+    pub reload_debounce_max: Duration,
+    pub min_reload_interval: Duration,
+    pub max_concurrent_reloads: usize,
+    pub consistency_interval: Duration,
+    pub webhook_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    pub tls_min_version: TlsVersion,
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// A flag value rekindle refuses; the process exits with status 2.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid value {value:?} for '--{flag}': {why}")]
+pub struct FlagError {
+    pub flag: &'static str,
+    pub value: String,
+    pub why: String,
+}
+
+fn flag_err(flag: &'static str, value: impl Into<String>, why: impl Into<String>) -> FlagError {
+    FlagError {
+        flag,
+        value: value.into(),
+        why: why.into(),
+    }
+}
+
+/// Splits list-flag values the way Reloader's flag library does: each occurrence is one CSV record
+/// (so surrounding quotes are stripped); rekindle also trims spaces and drops empty entries.
+pub fn split_list(values: &[String]) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for value in values {
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .trim(csv::Trim::All)
+            .from_reader(value.as_bytes());
+        for record in reader.records() {
+            let record = record
+                .map_err(|e| format!("{value:?} is not a valid comma-separated list: {e}"))?;
+            out.extend(
+                record
+                    .iter()
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from),
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn duration(flag: &'static str, value: &str) -> Result<Duration, FlagError> {
+    parse_go_duration(value).map_err(|e| flag_err(flag, value, e.why))
+}
+
+/// `:9443` means every address (dual-stack where the host has IPv6); `host:port` one address.
+pub fn parse_listen_addr(flag: &'static str, value: &str) -> Result<SocketAddr, FlagError> {
+    let full = if value.starts_with(':') {
+        format!("[::]{value}")
+    } else {
+        value.to_string()
+    };
+    full.parse().map_err(|_| {
+        flag_err(
+            flag,
+            value,
+            "expected [host]:port, for example :9443 or 127.0.0.1:9443",
+        )
+    })
+}
+
+impl Config {
+    /// Validates the flags. `env` looks up environment variables (KUBERNETES_NAMESPACE). Warnings name the
+    /// flag and are for values Reloader also only warns about.
+    pub fn from_args(
+        args: &ServerArgs,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<(Config, Vec<String>), FlagError> {
+        let mut warnings = Vec::new();
+        let list = |flag: &'static str, values: &[String]| {
+            split_list(values).map_err(|e| flag_err(flag, values.join(","), e))
+        };
+
+        let strategy = match args.reload_strategy.as_str() {
+            "env-vars" => Strategy::EnvVars,
+            "annotations" => Strategy::Annotations,
+            other => {
+                return Err(flag_err(
+                    "reload-strategy",
+                    other,
+                    "expected env-vars or annotations",
+                ))
+            }
+        };
+        let cronjob_strategy = match args.cronjob_strategy.as_str() {
+            "job" => CronJobStrategy::Job,
+            "template" => CronJobStrategy::Template,
+            other => {
+                return Err(flag_err(
+                    "cronjob-strategy",
+                    other,
+                    "expected job or template",
+                ))
+            }
+        };
+
+        let ignored_resources = list("resources-to-ignore", &args.resources_to_ignore)?;
+        let (mut ignore_configmaps, mut ignore_secrets) = (false, false);
+        for r in &ignored_resources {
+            match r.to_ascii_lowercase().as_str() {
+                "configmaps" => ignore_configmaps = true,
+                "secrets" => ignore_secrets = true,
+                _ => {
+                    return Err(flag_err(
+                        "resources-to-ignore",
+                        r.as_str(),
+                        "expected configmaps or secrets",
+                    ))
+                }
+            }
+        }
+        if ignore_configmaps && ignore_secrets {
+            return Err(flag_err(
+                "resources-to-ignore",
+                ignored_resources.join(","),
+                "ignoring both configmaps and secrets leaves nothing to watch",
+            ));
+        }
+
+        let mut ignored_workload_types = BTreeSet::new();
+        for t in list("ignored-workload-types", &args.ignored_workload_types)? {
+            match t.to_ascii_lowercase().as_str() {
+                "jobs" => {
+                    ignored_workload_types.insert(WorkloadKind::Job);
+                }
+                "cronjobs" => {
+                    ignored_workload_types.insert(WorkloadKind::CronJob);
+                }
+                _ => warnings.push(format!("--ignored-workload-types: unknown workload type {t:?} ignored (expected jobs or cronjobs)")),
+            }
+        }
+
+        let log_format = match args.log_format.as_str() {
+            "json" => LogFormat::Json,
+            "" | "text" => LogFormat::Text,
+            other => {
+                warnings.push(format!(
+                    "--log-format: unknown format {other:?}, using text"
+                ));
+                LogFormat::Text
+            }
+        };
+        let log_level = match args.log_level.to_ascii_lowercase().as_str() {
+            "trace" => "trace",
+            "debug" => "debug",
+            "info" => "info",
+            "warn" | "warning" => "warn",
+            "error" | "fatal" | "panic" => "error",
+            other => {
+                warnings.push(format!("--log-level: unknown level {other:?}, using info"));
+                "info"
+            }
+        };
+
+        let mut namespaces: BTreeSet<String> =
+            list("namespaces", &args.namespaces)?.into_iter().collect();
+        if namespaces.is_empty() {
+            if let Some(ns) = env("KUBERNETES_NAMESPACE").filter(|s| !s.trim().is_empty()) {
+                namespaces.insert(ns.trim().to_string());
+            }
+        }
+        let namespaces_to_ignore: BTreeSet<String> =
+            list("namespaces-to-ignore", &args.namespaces_to_ignore)?
+                .into_iter()
+                .collect();
+        let selector_entries = list("namespace-selector", &args.namespace_selector)?;
+        let namespace_selector = Selector::parse_legacy(&selector_entries).map_err(|e| {
+            flag_err(
+                "namespace-selector",
+                selector_entries.join(","),
+                e.to_string(),
+            )
+        })?;
+        let resource_entries = list("resource-label-selector", &args.resource_label_selector)?;
+        let resource_label_selector = Selector::parse_legacy(&resource_entries).map_err(|e| {
+            flag_err(
+                "resource-label-selector",
+                resource_entries.join(","),
+                e.to_string(),
+            )
+        })?;
+        let cluster_wide = namespaces.is_empty();
+        if !cluster_wide && !namespaces_to_ignore.is_empty() {
+            warnings.push("--namespaces-to-ignore applies in cluster-wide mode only; ignored because --namespaces (or KUBERNETES_NAMESPACE) is set".into());
+        }
+        if !cluster_wide && !namespace_selector.is_empty() {
+            warnings.push("--namespace-selector applies in cluster-wide mode only; ignored because --namespaces (or KUBERNETES_NAMESPACE) is set".into());
+        }
+        if args.enable_pprof || args.pprof_addr != ":6060" {
+            warnings.push("--enable-pprof/--pprof-addr are accepted for compatibility; rekindle serves no pprof".into());
+        }
+
+        let scope = Scope {
+            namespaces: (!cluster_wide).then_some(namespaces),
+            namespaces_to_ignore: if cluster_wide {
+                namespaces_to_ignore
+            } else {
+                BTreeSet::new()
+            },
+            namespace_selector: (cluster_wide && !namespace_selector.is_empty())
+                .then_some(namespace_selector),
+        };
+
+        let reload_debounce = duration("reload-debounce", &args.reload_debounce)?;
+        let reload_debounce_max = duration("reload-debounce-max", &args.reload_debounce_max)?;
+        if reload_debounce_max < reload_debounce {
+            return Err(flag_err(
+                "reload-debounce-max",
+                args.reload_debounce_max.as_str(),
+                "must not be shorter than --reload-debounce",
+            ));
+        }
+        let consistency_interval = duration("consistency-interval", &args.consistency_interval)?;
+        if consistency_interval < Duration::from_secs(1) {
+            return Err(flag_err(
+                "consistency-interval",
+                args.consistency_interval.as_str(),
+                "must be at least 1s",
+            ));
+        }
+        if args.max_concurrent_reloads == 0 {
+            return Err(flag_err(
+                "max-concurrent-reloads",
+                "0",
+                "must be at least 1",
+            ));
+        }
+        let tls_min_version = match args.tls_min_version.as_str() {
+            "1.2" | "VersionTLS12" => TlsVersion::Tls12,
+            "1.3" | "VersionTLS13" => TlsVersion::Tls13,
+            other => return Err(flag_err("tls-min-version", other, "expected 1.2 or 1.3")),
+        };
+        if args.tls_cert_file.is_some() != args.tls_key_file.is_some() {
+            return Err(flag_err(
+                "tls-key-file",
+                "",
+                "--tls-cert-file and --tls-key-file go together",
+            ));
+        }
+        if let Some(url) = &args.webhook_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(flag_err(
+                    "webhook-url",
+                    url.as_str(),
+                    "expected an http:// or https:// URL",
+                ));
+            }
+        }
+
+        let keys = AnnotationKeys {
+            auto: args.auto_annotation.clone(),
+            configmap_auto: args.configmap_auto_annotation.clone(),
+            secret_auto: args.secret_auto_annotation.clone(),
+            configmap_reload: args.configmap_annotation.clone(),
+            secret_reload: args.secret_annotation.clone(),
+            search: args.auto_search_annotation.clone(),
+            search_match: args.search_match_annotation.clone(),
+            ignore: args.ignore_annotation.clone(),
+            pause_period: args.pause_deployment_annotation.clone(),
+            paused_at: args.pause_deployment_time_annotation.clone(),
+            ..AnnotationKeys::default()
+        };
+        for (flag, key) in [
+            ("auto-annotation", &keys.auto),
+            ("configmap-auto-annotation", &keys.configmap_auto),
+            ("secret-auto-annotation", &keys.secret_auto),
+            ("configmap-annotation", &keys.configmap_reload),
+            ("secret-annotation", &keys.secret_reload),
+            ("auto-search-annotation", &keys.search),
+            ("search-match-annotation", &keys.search_match),
+            ("ignore-annotation", &keys.ignore),
+            ("pause-deployment-annotation", &keys.pause_period),
+            ("pause-deployment-time-annotation", &keys.paused_at),
+        ] {
+            if key.trim().is_empty() {
+                return Err(flag_err(
+                    flag,
+                    key.as_str(),
+                    "an annotation key cannot be empty",
+                ));
+            }
+        }
+
+        let config = Config {
+            plan: PlanConfig {
+                policy: PolicyConfig {
+                    keys,
+                    auto_reload_all: args.auto_reload_all,
+                    ignored_workload_types,
+                },
+                strategy,
+                cronjob_strategy,
+                reload_on_create: args.reload_on_create,
+                reload_on_delete: args.reload_on_delete,
+            },
+            log_format,
+            log_level,
+            webhook_url: args.webhook_url.clone(),
+            ignore_configmaps,
+            ignore_secrets,
+            scope,
+            resource_label_selector: (!resource_label_selector.is_empty())
+                .then_some(resource_label_selector),
+            argo_rollouts: args.is_argo_rollouts,
+            enable_ha: args.enable_ha,
+            sync_after_restart: args.sync_after_restart,
+            enable_csi: args.enable_csi_integration,
+            lease_duration: duration(
+                "leader-election-lease-duration",
+                &args.leader_election_lease_duration,
+            )?,
+            renew_deadline: duration(
+                "leader-election-renew-deadline",
+                &args.leader_election_renew_deadline,
+            )?,
+            retry_period: duration(
+                "leader-election-retry-period",
+                &args.leader_election_retry_period,
+            )?,
+            reload_debounce,
+            reload_debounce_max,
+            min_reload_interval: duration("min-reload-interval", &args.min_reload_interval)?,
+            max_concurrent_reloads: args.max_concurrent_reloads,
+            consistency_interval,
+            webhook_addr: parse_listen_addr("webhook-addr", &args.webhook_addr)?,
+            admin_addr: parse_listen_addr("admin-addr", &args.admin_addr)?,
+            tls_cert_file: args.tls_cert_file.clone(),
+            tls_key_file: args.tls_key_file.clone(),
+            tls_min_version,
+            kubeconfig: args.kubeconfig.clone(),
+        };
+        Ok((config, warnings))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<(Config, Vec<String>), FlagError> {
+        let cli = Cli::try_parse_from(std::iter::once("rekindle").chain(args.iter().copied()))
+            .expect("clap parse");
+        Config::from_args(&cli.server, |_| None)
+    }
+
+    fn err_flag(args: &[&str]) -> &'static str {
+        parse(args).expect_err("should be refused").flag
+    }
+
+    #[test]
+    fn defaults_match_reloader() {
+        let (c, warnings) = parse(&[]).unwrap();
+        assert!(warnings.is_empty());
+        assert_eq!(c.plan.strategy, Strategy::EnvVars);
+        assert_eq!(c.plan.policy.keys, AnnotationKeys::default());
+        assert!(
+            !c.plan.policy.auto_reload_all && !c.plan.reload_on_create && !c.plan.reload_on_delete
+        );
+        assert_eq!(c.lease_duration, Duration::from_secs(15));
+        assert_eq!(c.renew_deadline, Duration::from_secs(10));
+        assert_eq!(c.retry_period, Duration::from_secs(2));
+        assert_eq!(c.reload_debounce, Duration::from_millis(250));
+        assert_eq!(c.max_concurrent_reloads, 16);
+        assert_eq!(c.webhook_addr.port(), 9443);
+        assert_eq!(c.admin_addr.port(), 9090);
+        assert!(c.scope.namespaces.is_none());
+    }
+
+    #[test]
+    fn reloader_command_line_parses_unchanged() {
+        let (c, _) = parse(&[
+            "--auto-reload-all",
+            "--reload-strategy",
+            "annotations",
+            "--reload-on-create=true",
+            "--reload-on-delete",
+            "true",
+            "--is-Argo-Rollouts=true",
+            "--enable-ha=false",
+            "--namespace-selector=\"team:a,env:*\"",
+            "--resources-to-ignore=SECRETS",
+            "--ignored-workload-types=jobs,cronjobs",
+            "--namespaces-to-ignore",
+            "kube-system, other",
+            "--namespaces-to-ignore=third",
+            "--log-level=warning",
+            "--log-format=json",
+            "--auto-annotation=example.com/auto",
+        ])
+        .unwrap();
+        assert!(
+            c.plan.policy.auto_reload_all
+                && c.plan.reload_on_create
+                && c.plan.reload_on_delete
+                && c.argo_rollouts
+        );
+        assert!(!c.enable_ha);
+        assert_eq!(c.plan.strategy, Strategy::Annotations);
+        assert!(c.ignore_secrets && !c.ignore_configmaps);
+        assert_eq!(
+            c.plan.policy.ignored_workload_types,
+            [WorkloadKind::Job, WorkloadKind::CronJob].into()
+        );
+        assert_eq!(
+            c.scope.namespaces_to_ignore,
+            ["kube-system", "other", "third"].map(String::from).into()
+        );
+        assert_eq!(
+            c.scope.namespace_selector.unwrap().to_string(),
+            "team=a,env"
+        );
+        assert_eq!(c.log_level, "warn");
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.plan.policy.keys.auto, "example.com/auto");
+    }
+
+    #[test]
+    fn refused_values_name_the_flag() {
+        assert_eq!(err_flag(&["--reload-strategy=foo"]), "reload-strategy");
+        assert_eq!(
+            err_flag(&["--resources-to-ignore=configmaps,secrets"]),
+            "resources-to-ignore"
+        );
+        assert_eq!(
+            err_flag(&["--resources-to-ignore=deployments"]),
+            "resources-to-ignore"
+        );
+        assert_eq!(
+            err_flag(&["--namespace-selector=bad key:x"]),
+            "namespace-selector"
+        );
+        assert_eq!(
+            err_flag(&["--resource-label-selector=a in b"]),
+            "resource-label-selector"
+        );
+        assert_eq!(err_flag(&["--reload-debounce=5"]), "reload-debounce");
+        assert_eq!(
+            err_flag(&["--leader-election-lease-duration=forever"]),
+            "leader-election-lease-duration"
+        );
+        assert_eq!(
+            err_flag(&["--cronjob-strategy=sometimes"]),
+            "cronjob-strategy"
+        );
+        assert_eq!(err_flag(&["--webhook-addr=nonsense"]), "webhook-addr");
+        assert_eq!(err_flag(&["--tls-min-version=1.0"]), "tls-min-version");
+        assert_eq!(
+            err_flag(&["--max-concurrent-reloads=0"]),
+            "max-concurrent-reloads"
+        );
+        let e = parse(&["--reload-strategy=foo"]).unwrap_err().to_string();
+        assert!(e.contains("--reload-strategy") && e.contains("foo"), "{e}");
+    }
+
+    #[test]
+    fn warned_values_still_start() {
+        let (_, w) = parse(&[
+            "--log-format=xml",
+            "--log-level=loud",
+            "--ignored-workload-types=pods",
+        ])
+        .unwrap();
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].contains("--ignored-workload-types"));
+        assert!(w.iter().any(|m| m.contains("--log-format")));
+        assert!(w.iter().any(|m| m.contains("--log-level")));
+    }
+
+    #[test]
+    fn bad_boolean_is_a_clap_error() {
+        let e = Cli::try_parse_from(["rekindle", "--auto-reload-all=maybe"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("--auto-reload-all"));
+    }
+
+    #[test]
+    fn namespace_scope_precedence() {
+        let cli = Cli::try_parse_from([
+            "rekindle",
+            "--namespace-selector=a:b",
+            "--namespaces-to-ignore=x",
+        ])
+        .unwrap();
+        let (c, w) = Config::from_args(&cli.server, |k| {
+            (k == "KUBERNETES_NAMESPACE").then(|| "mine".to_string())
+        })
+        .unwrap();
+        assert_eq!(c.scope.namespaces, Some(["mine".to_string()].into()));
+        assert!(c.scope.namespace_selector.is_none() && c.scope.namespaces_to_ignore.is_empty());
+        assert_eq!(w.len(), 2);
+        let cli = Cli::try_parse_from(["rekindle", "--namespaces=a,b"]).unwrap();
+        let (c, _) = Config::from_args(&cli.server, |_| Some("mine".into())).unwrap();
+        assert_eq!(
+            c.scope.namespaces,
+            Some(["a".to_string(), "b".to_string()].into())
+        );
+    }
+
+    #[test]
+    fn csv_lists() {
+        assert_eq!(
+            split_list(&["\"a=b\",c".into(), " d ".into()]).unwrap(),
+            vec!["a=b", "c", "d"]
+        );
+        assert_eq!(split_list(&["\"x,y\"".into()]).unwrap(), vec!["x,y"]);
+    }
+}
