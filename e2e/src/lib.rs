@@ -1,1 +1,170 @@
+//! Helpers for rekindle's end-to-end tests against the real control plane started by
+//! `e2e/scripts/cluster.sh up` (`just cluster-up`).
 
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use kube::discovery::{pinned_kind, ApiCapabilities, ApiResource, Scope};
+use kube::{Api, Client, ResourceExt};
+use serde_json::Value;
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// Where the cluster keeps its state (`target/e2e`, or `REKINDLE_E2E_STATE`).
+pub fn state_dir() -> PathBuf {
+    std::env::var_os("REKINDLE_E2E_STATE").map(PathBuf::from).unwrap_or_else(|| root().join("target/e2e"))
+}
+
+pub fn kubeconfig_path() -> PathBuf {
+    state_dir().join("kubeconfig")
+}
+
+/// The rekindle binary under test: `REKINDLE_BIN`, else `target/release/rekindle`, else `target/debug/rekindle`.
+pub fn rekindle_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("REKINDLE_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let candidates = [root().join("target/release/rekindle"), root().join("target/debug/rekindle")];
+    candidates
+        .into_iter()
+        .filter(|p| p.exists())
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .ok_or_else(|| anyhow!("no rekindle binary: run `cargo build` (or set REKINDLE_BIN)"))
+}
+
+/// A client with the admin credentials of the test cluster.
+pub async fn admin_client() -> Result<Client> {
+    client_from(&kubeconfig_path()).await
+}
+
+pub async fn client_from(kubeconfig: &Path) -> Result<Client> {
+    let kc = Kubeconfig::read_from(kubeconfig).with_context(|| {
+        format!("reading {} — is the test cluster up? (`just cluster-up`)", kubeconfig.display())
+    })?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// A client that authenticates with a client certificate and key (PEM files) against the test cluster.
+pub async fn client_with_cert(cert: &Path, key: &Path) -> Result<Client> {
+    let mut kc = Kubeconfig::read_from(kubeconfig_path())?;
+    for user in &mut kc.auth_infos {
+        if let Some(info) = user.auth_info.as_mut() {
+            info.client_certificate = Some(cert.display().to_string());
+            info.client_key = Some(key.display().to_string());
+        }
+    }
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// Polls `check` until it yields `Some`, failing with a message naming what it waited for.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let start = Instant::now();
+    let mut last_err = None;
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_err = Some(e),
+        }
+        if start.elapsed() > timeout {
+            let detail = last_err.map(|e| format!(" (last error: {e:#})")).unwrap_or_default();
+            bail!("timed out after {timeout:?} waiting for {what}{detail}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A namespace of its own for one test, deleted by [`TestNamespace::cleanup`].
+pub struct TestNamespace {
+    pub name: String,
+    client: Client,
+}
+
+impl TestNamespace {
+    pub async fn new(client: &Client, prefix: &str) -> Result<Self> {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos();
+        let name = format!("{prefix}-{}-{:05x}", std::process::id() % 100_000, nanos & 0xfffff);
+        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": {"e2e.rekindle.io/test": prefix}}}))?;
+        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await?;
+        Ok(Self { name, client: client.clone() })
+    }
+
+    pub async fn cleanup(self) -> Result<()> {
+        Api::<Namespace>::all(self.client).delete(&self.name, &DeleteParams::background()).await?;
+        Ok(())
+    }
+}
+
+/// Resolves a GVK against the cluster (discovery), for objects without Rust types.
+pub async fn resource_for(client: &Client, api_version: &str, kind: &str) -> Result<(ApiResource, ApiCapabilities)> {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    Ok(pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await?)
+}
+
+/// A dynamic API for the object's kind, namespaced when the kind is.
+pub async fn dynamic_api(client: &Client, api_version: &str, kind: &str, namespace: Option<&str>) -> Result<Api<DynamicObject>> {
+    let (ar, caps) = resource_for(client, api_version, kind).await?;
+    Ok(match (caps.scope, namespace) {
+        (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &ar),
+        (Scope::Namespaced, None) => Api::default_namespaced_with(client.clone(), &ar),
+        (Scope::Cluster, _) => Api::all_with(client.clone(), &ar),
+    })
+}
+
+/// Server-side applies every document of a YAML string, into `namespace` for namespaced kinds.
+pub async fn apply_yaml(client: &Client, namespace: Option<&str>, yaml: &str) -> Result<Vec<DynamicObject>> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).map_err(|e| anyhow!("bad YAML: {e}"))?;
+    let mut out = Vec::new();
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
+        out.push(apply_value(client, namespace, doc).await?);
+    }
+    Ok(out)
+}
+
+pub async fn apply_value(client: &Client, namespace: Option<&str>, doc: Value) -> Result<DynamicObject> {
+    let api_version = doc.get("apiVersion").and_then(Value::as_str).ok_or_else(|| anyhow!("document without apiVersion"))?;
+    let kind = doc.get("kind").and_then(Value::as_str).ok_or_else(|| anyhow!("document without kind"))?;
+    let name = doc.pointer("/metadata/name").and_then(Value::as_str).ok_or_else(|| anyhow!("{kind} without metadata.name"))?;
+    let api = dynamic_api(client, api_version, kind, namespace).await?;
+    let obj = api
+        .patch(name, &PatchParams::apply("rekindle-e2e").force(), &Patch::Apply(&doc))
+        .await
+        .with_context(|| format!("applying {kind}/{name}"))?;
+    Ok(obj)
+}
+
+/// The object as JSON.
+pub async fn get_json(api: &Api<DynamicObject>, name: &str) -> Result<Value> {
+    Ok(serde_json::to_value(api.get(name).await?)?)
+}
+
+/// Names of the ReplicaSets owned by a Deployment, with their replicas and ready counts.
+pub async fn replica_sets(client: &Client, ns: &str, deployment: &str) -> Result<Vec<(String, i32, i32)>> {
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    let rs = Api::<ReplicaSet>::namespaced(client.clone(), ns).list(&Default::default()).await?;
+    Ok(rs
+        .items
+        .into_iter()
+        .filter(|r| r.owner_references().iter().any(|o| o.kind == "Deployment" && o.name == deployment))
+        .map(|r| {
+            let spec = r.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+            let ready = r.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
+            (r.name_any(), spec, ready)
+        })
+        .collect())
+}

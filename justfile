@@ -1,0 +1,47 @@
+# rekindle's tasks. `just --list` shows them.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+default:
+    @just --list
+
+# Build the binaries (debug).
+build:
+    cargo build --workspace --bins
+
+# Unit tests, then the end-to-end tests against a real control plane. What CI runs.
+test: unit e2e
+
+# Unit tests of every crate (no cluster needed).
+unit:
+    cargo test --workspace --exclude e2e
+
+# fmt and clippy, as CI enforces them.
+lint:
+    cargo fmt --all --check
+    cargo clippy --workspace --all-targets -- -D warnings
+
+# End-to-end tests; brings the control plane up when needed.
+e2e *ARGS: cluster-up
+    cargo build --workspace --bins
+    cargo test -p e2e -- --test-threads=4 {{ARGS}}
+
+# Build (or reuse) the control-plane binaries from their Go modules.
+e2e-binaries:
+    e2e/scripts/build-binaries.sh all
+
+# Start etcd, kube-apiserver, controller-manager, scheduler and kwok on 127.0.0.1 (state in target/e2e).
+cluster-up:
+    e2e/scripts/cluster.sh up
+
+# Stop every control-plane process and remove its state.
+cluster-down:
+    e2e/scripts/cluster.sh down
+
+# Say what runs.
+cluster-status:
+    e2e/scripts/cluster.sh status
+
+# Criterion micro-benchmarks.
+bench:
+    cargo bench --bench core
