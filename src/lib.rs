@@ -1,6 +1,10 @@
+pub mod admission;
 pub mod app;
 pub mod cli;
 pub mod core;
 pub mod duration;
+pub mod index;
+pub mod metrics;
+pub mod scope;
 pub mod selector;
 pub mod tools;

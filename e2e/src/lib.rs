@@ -16,12 +16,17 @@ use serde_json::Value;
 
 /// The workspace root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// Where the cluster keeps its state (`target/e2e`, or `REKINDLE_E2E_STATE`).
 pub fn state_dir() -> PathBuf {
-    std::env::var_os("REKINDLE_E2E_STATE").map(PathBuf::from).unwrap_or_else(|| root().join("target/e2e"))
+    std::env::var_os("REKINDLE_E2E_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/e2e"))
 }
 
 pub fn kubeconfig_path() -> PathBuf {
@@ -33,7 +38,10 @@ pub fn rekindle_binary() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("REKINDLE_BIN") {
         return Ok(PathBuf::from(p));
     }
-    let candidates = [root().join("target/release/rekindle"), root().join("target/debug/rekindle")];
+    let candidates = [
+        root().join("target/release/rekindle"),
+        root().join("target/debug/rekindle"),
+    ];
     candidates
         .into_iter()
         .filter(|p| p.exists())
@@ -48,7 +56,10 @@ pub async fn admin_client() -> Result<Client> {
 
 pub async fn client_from(kubeconfig: &Path) -> Result<Client> {
     let kc = Kubeconfig::read_from(kubeconfig).with_context(|| {
-        format!("reading {} — is the test cluster up? (`just cluster-up`)", kubeconfig.display())
+        format!(
+            "reading {} — is the test cluster up? (`just cluster-up`)",
+            kubeconfig.display()
+        )
     })?;
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
     Ok(Client::try_from(config)?)
@@ -82,7 +93,9 @@ where
             Err(e) => last_err = Some(e),
         }
         if start.elapsed() > timeout {
-            let detail = last_err.map(|e| format!(" (last error: {e:#})")).unwrap_or_default();
+            let detail = last_err
+                .map(|e| format!(" (last error: {e:#})"))
+                .unwrap_or_default();
             bail!("timed out after {timeout:?} waiting for {what}{detail}");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -97,27 +110,51 @@ pub struct TestNamespace {
 
 impl TestNamespace {
     pub async fn new(client: &Client, prefix: &str) -> Result<Self> {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos();
-        let name = format!("{prefix}-{}-{:05x}", std::process::id() % 100_000, nanos & 0xfffff);
-        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": {"e2e.rekindle.io/test": prefix}}}))?;
-        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await?;
-        Ok(Self { name, client: client.clone() })
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .subsec_nanos();
+        let name = format!(
+            "{prefix}-{}-{:05x}",
+            std::process::id() % 100_000,
+            nanos & 0xfffff
+        );
+        let ns: Namespace = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": name, "labels": {"e2e.rekindle.io/test": prefix}}}),
+        )?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await?;
+        Ok(Self {
+            name,
+            client: client.clone(),
+        })
     }
 
     pub async fn cleanup(self) -> Result<()> {
-        Api::<Namespace>::all(self.client).delete(&self.name, &DeleteParams::background()).await?;
+        Api::<Namespace>::all(self.client)
+            .delete(&self.name, &DeleteParams::background())
+            .await?;
         Ok(())
     }
 }
 
 /// Resolves a GVK against the cluster (discovery), for objects without Rust types.
-pub async fn resource_for(client: &Client, api_version: &str, kind: &str) -> Result<(ApiResource, ApiCapabilities)> {
+pub async fn resource_for(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+) -> Result<(ApiResource, ApiCapabilities)> {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     Ok(pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await?)
 }
 
 /// A dynamic API for the object's kind, namespaced when the kind is.
-pub async fn dynamic_api(client: &Client, api_version: &str, kind: &str, namespace: Option<&str>) -> Result<Api<DynamicObject>> {
+pub async fn dynamic_api(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> Result<Api<DynamicObject>> {
     let (ar, caps) = resource_for(client, api_version, kind).await?;
     Ok(match (caps.scope, namespace) {
         (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &ar),
@@ -127,8 +164,13 @@ pub async fn dynamic_api(client: &Client, api_version: &str, kind: &str, namespa
 }
 
 /// Server-side applies every document of a YAML string, into `namespace` for namespaced kinds.
-pub async fn apply_yaml(client: &Client, namespace: Option<&str>, yaml: &str) -> Result<Vec<DynamicObject>> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).map_err(|e| anyhow!("bad YAML: {e}"))?;
+pub async fn apply_yaml(
+    client: &Client,
+    namespace: Option<&str>,
+    yaml: &str,
+) -> Result<Vec<DynamicObject>> {
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(yaml).map_err(|e| anyhow!("bad YAML: {e}"))?;
     let mut out = Vec::new();
     for doc in docs.into_iter().filter(|d| !d.is_null()) {
         out.push(apply_value(client, namespace, doc).await?);
@@ -136,13 +178,30 @@ pub async fn apply_yaml(client: &Client, namespace: Option<&str>, yaml: &str) ->
     Ok(out)
 }
 
-pub async fn apply_value(client: &Client, namespace: Option<&str>, doc: Value) -> Result<DynamicObject> {
-    let api_version = doc.get("apiVersion").and_then(Value::as_str).ok_or_else(|| anyhow!("document without apiVersion"))?;
-    let kind = doc.get("kind").and_then(Value::as_str).ok_or_else(|| anyhow!("document without kind"))?;
-    let name = doc.pointer("/metadata/name").and_then(Value::as_str).ok_or_else(|| anyhow!("{kind} without metadata.name"))?;
+pub async fn apply_value(
+    client: &Client,
+    namespace: Option<&str>,
+    doc: Value,
+) -> Result<DynamicObject> {
+    let api_version = doc
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .ok_or_else(|| anyhow!("document without apiVersion"))?;
+    let kind = doc
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or_else(|| anyhow!("document without kind"))?;
+    let name = doc
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| anyhow!("{kind} without metadata.name"))?;
     let api = dynamic_api(client, api_version, kind, namespace).await?;
     let obj = api
-        .patch(name, &PatchParams::apply("rekindle-e2e").force(), &Patch::Apply(&doc))
+        .patch(
+            name,
+            &PatchParams::apply("rekindle-e2e").force(),
+            &Patch::Apply(&doc),
+        )
         .await
         .with_context(|| format!("applying {kind}/{name}"))?;
     Ok(obj)
@@ -154,16 +213,30 @@ pub async fn get_json(api: &Api<DynamicObject>, name: &str) -> Result<Value> {
 }
 
 /// Names of the ReplicaSets owned by a Deployment, with their replicas and ready counts.
-pub async fn replica_sets(client: &Client, ns: &str, deployment: &str) -> Result<Vec<(String, i32, i32)>> {
+pub async fn replica_sets(
+    client: &Client,
+    ns: &str,
+    deployment: &str,
+) -> Result<Vec<(String, i32, i32)>> {
     use k8s_openapi::api::apps::v1::ReplicaSet;
-    let rs = Api::<ReplicaSet>::namespaced(client.clone(), ns).list(&Default::default()).await?;
+    let rs = Api::<ReplicaSet>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await?;
     Ok(rs
         .items
         .into_iter()
-        .filter(|r| r.owner_references().iter().any(|o| o.kind == "Deployment" && o.name == deployment))
+        .filter(|r| {
+            r.owner_references()
+                .iter()
+                .any(|o| o.kind == "Deployment" && o.name == deployment)
+        })
         .map(|r| {
             let spec = r.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
-            let ready = r.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
+            let ready = r
+                .status
+                .as_ref()
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0);
             (r.name_any(), spec, ready)
         })
         .collect())

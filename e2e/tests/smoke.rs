@@ -3,7 +3,10 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use e2e::{admin_client, apply_yaml, client_with_cert, dynamic_api, replica_sets, state_dir, wait_for, TestNamespace};
+use e2e::{
+    admin_client, apply_yaml, client_with_cert, dynamic_api, replica_sets, state_dir, wait_for,
+    TestNamespace,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
@@ -43,30 +46,44 @@ spec:
     )
     .await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    wait_for("2 pods of web to be Running on the kwok node", TIMEOUT, || async {
-        let list = pods.list(&ListParams::default().labels("app=web")).await?;
-        let running = list
-            .items
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("kwok-node-0"))
-            .count();
-        Ok((running == 2).then_some(()))
-    })
+    wait_for(
+        "2 pods of web to be Running on the kwok node",
+        TIMEOUT,
+        || async {
+            let list = pods.list(&ListParams::default().labels("app=web")).await?;
+            let running = list
+                .items
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .filter(|p| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("kwok-node-0")
+                })
+                .count();
+            Ok((running == 2).then_some(()))
+        },
+    )
     .await?;
     let first = replica_sets(&client, &ns.name, "web").await?;
     assert_eq!(first.len(), 1, "{first:?}");
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "env": [{"name": "X", "value": "1"}]}]}}}});
-    deployments.patch("web", &PatchParams::default(), &Patch::Strategic(&patch)).await?;
+    deployments
+        .patch("web", &PatchParams::default(), &Patch::Strategic(&patch))
+        .await?;
     let old = first[0].0.clone();
-    wait_for("a second ReplicaSet of web to become the active one", TIMEOUT, || async {
-        let rs = replica_sets(&client, &ns.name, "web").await?;
-        let new_active = rs.iter().any(|(n, spec, ready)| *n != old && *spec == 2 && *ready == 2);
-        let old_scaled_down = rs.iter().any(|(n, spec, _)| *n == old && *spec == 0);
-        Ok((rs.len() == 2 && new_active && old_scaled_down).then_some(()))
-    })
+    wait_for(
+        "a second ReplicaSet of web to become the active one",
+        TIMEOUT,
+        || async {
+            let rs = replica_sets(&client, &ns.name, "web").await?;
+            let new_active = rs
+                .iter()
+                .any(|(n, spec, ready)| *n != old && *spec == 2 && *ready == 2);
+            let old_scaled_down = rs.iter().any(|(n, spec, _)| *n == old && *spec == 0);
+            Ok((rs.len() == 2 && new_active && old_scaled_down).then_some(()))
+        },
+    )
     .await?;
     ns.cleanup().await
 }
@@ -78,7 +95,11 @@ async fn a_crd_can_be_installed_and_used() -> Result<()> {
     apply_yaml(&client, None, &crd).await?;
     let ns = TestNamespace::new(&client, "smoke-crd").await?;
     let rollouts = wait_for("the Rollout CRD to be served", TIMEOUT, || async {
-        Ok(dynamic_api(&client, "argoproj.io/v1alpha1", "Rollout", Some(&ns.name)).await.ok())
+        Ok(
+            dynamic_api(&client, "argoproj.io/v1alpha1", "Rollout", Some(&ns.name))
+                .await
+                .ok(),
+        )
     })
     .await?;
     apply_yaml(
@@ -97,7 +118,10 @@ spec:
     )
     .await?;
     let got = e2e::get_json(&rollouts, "ro").await?;
-    assert_eq!(got.pointer("/spec/template/spec/containers/0/name"), Some(&json!("app")));
+    assert_eq!(
+        got.pointer("/spec/template/spec/containers/0/name"),
+        Some(&json!("app"))
+    );
     ns.cleanup().await
 }
 
@@ -110,7 +134,12 @@ async fn rbac_is_enforced_for_a_service_account_without_rights() -> Result<()> {
     let status = std::process::Command::new(&certs_gen)
         .args(["client", "--out"])
         .arg(&pki)
-        .args(["--name", "sa-nobody", "--cn", &format!("system:serviceaccount:{}:nobody", ns.name)])
+        .args([
+            "--name",
+            "sa-nobody",
+            "--cn",
+            &format!("system:serviceaccount:{}:nobody", ns.name),
+        ])
         .status()?;
     assert!(status.success(), "certs-gen client failed");
     let nobody = client_with_cert(&pki.join("sa-nobody.crt"), &pki.join("sa-nobody.key")).await?;
@@ -123,6 +152,8 @@ async fn rbac_is_enforced_for_a_service_account_without_rights() -> Result<()> {
         other => panic!("expected 403 Forbidden, got {other}"),
     }
     // The admin still can.
-    Api::<ConfigMap>::namespaced(client.clone(), &ns.name).list(&ListParams::default()).await?;
+    Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .list(&ListParams::default())
+        .await?;
     ns.cleanup().await
 }

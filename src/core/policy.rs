@@ -109,7 +109,7 @@ pub struct WorkloadPolicy {
     pub template: BTreeMap<String, String>,
 }
 
-fn string_map<'a>(v: Option<&'a Value>) -> impl Iterator<Item = (&'a String, &'a str)> {
+fn string_map(v: Option<&Value>) -> impl Iterator<Item = (&String, &str)> {
     v.and_then(Value::as_object)
         .into_iter()
         .flatten()
@@ -416,7 +416,8 @@ mod tests {
     fn rule_table() {
         use Reason::*;
         let t = json!({});
-        let cases: Vec<(Value, Value, ResourceKind, &str, (bool, Reason))> = vec![
+        type Case = (Value, Value, ResourceKind, &'static str, (bool, Reason));
+        let cases: Vec<Case> = vec![
             (
                 json!({}),
                 t.clone(),

@@ -1,0 +1,413 @@
+//! The mutating admission webhook: records a workload's references in the index and stamps the current
+//! config hashes into it (SPEC §8). Pure given the index: no client, no network.
+//!
+//! It never denies. A malformed request is a 400 (the apiserver never sends one); anything else that
+//! goes wrong allows the object unchanged with a warning.
+
+pub mod http;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use base64::Engine as _;
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::core::patch::{self, config_hashes, MarkerChange, Place};
+use crate::core::plan::{self, marker_place, Change, Event, PlanConfig, Strategy};
+use crate::core::refs::{self, ResourceRef};
+use crate::core::WorkloadKind;
+use crate::index::{Index, ResourceEntry, WorkloadEntry, WorkloadKey};
+use crate::metrics::{AdmissionLabels, Metrics};
+use crate::scope::ScopeFilter;
+
+/// The most annotation bytes an object may carry (the apiserver's limit).
+const ANNOTATIONS_LIMIT: usize = 256 * 1024;
+
+#[derive(Debug, Deserialize)]
+struct Review {
+    request: Option<Request>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Request {
+    uid: String,
+    kind: Gvk,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    operation: String,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    user_info: UserInfo,
+    #[serde(default)]
+    object: Option<Value>,
+    #[serde(default)]
+    old_object: Option<Value>,
+    #[serde(default)]
+    dry_run: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Gvk {
+    #[serde(default)]
+    group: String,
+    #[serde(default)]
+    version: String,
+    kind: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct UserInfo {
+    #[serde(default)]
+    username: Option<String>,
+}
+
+/// What the webhook decided, for the response and the metrics.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub ops: Vec<PatchOperation>,
+    pub warnings: Vec<String>,
+    pub result: &'static str,
+}
+
+pub struct Admission {
+    pub plan: PlanConfig,
+    pub scope: Arc<ScopeFilter>,
+    pub index: Arc<Index>,
+    pub metrics: Arc<Metrics>,
+    /// rekindle's own identity; its requests pass unchanged.
+    pub self_username: Option<String>,
+    /// `--webhook-url` mode: nothing is stamped or recorded.
+    pub notify_only: bool,
+    pub kinds: Vec<WorkloadKind>,
+}
+
+/// The kind of a request, when it is a workload kind rekindle handles.
+fn workload_kind(gvk: &Gvk, enabled: &[WorkloadKind]) -> Option<WorkloadKind> {
+    let kind: WorkloadKind = gvk.kind.parse().ok()?;
+    let api_version = if gvk.group.is_empty() {
+        gvk.version.clone()
+    } else {
+        format!("{}/{}", gvk.group, gvk.version)
+    };
+    (kind.api_version() == api_version && enabled.contains(&kind)).then_some(kind)
+}
+
+impl Admission {
+    /// Handles one AdmissionReview body. `Err` is a reason for a 400.
+    pub fn review(&self, body: &[u8]) -> Result<Value, String> {
+        let started = Instant::now();
+        let review: Review =
+            serde_json::from_slice(body).map_err(|e| format!("malformed AdmissionReview: {e}"))?;
+        let req = review
+            .request
+            .ok_or("malformed AdmissionReview: no request")?;
+        let outcome = self.decide(&req);
+        self.metrics
+            .admission_requests
+            .get_or_create(&AdmissionLabels {
+                operation: req.operation.to_ascii_lowercase(),
+                result: outcome.result.into(),
+            })
+            .inc();
+        let mut response = json!({"uid": req.uid, "allowed": true});
+        if !outcome.ops.is_empty() {
+            let bytes = serde_json::to_vec(&outcome.ops).map_err(|e| e.to_string())?;
+            response["patchType"] = json!("JSONPatch");
+            response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
+        }
+        if !outcome.warnings.is_empty() {
+            response["warnings"] = json!(outcome.warnings);
+        }
+        self.metrics
+            .admission_duration
+            .observe(started.elapsed().as_secs_f64());
+        Ok(
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
+        )
+    }
+
+    fn decide(&self, req: &Request) -> Outcome {
+        let pass = |result| Outcome {
+            result,
+            ..Default::default()
+        };
+        if self.notify_only {
+            return pass("out-of-scope");
+        }
+        let Some(kind) = workload_kind(&req.kind, &self.kinds) else {
+            return pass("unknown-kind");
+        };
+        if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
+            || !matches!(req.operation.as_str(), "CREATE" | "UPDATE")
+        {
+            return pass("out-of-scope");
+        }
+        if self.self_username.is_some() && req.user_info.username == self.self_username {
+            return pass("self");
+        }
+        let Some(obj) = req.object.as_ref().filter(|o| o.is_object()) else {
+            return Outcome {
+                result: "error",
+                warnings: vec!["rekindle: request without an object; allowed unchanged".into()],
+                ..Default::default()
+            };
+        };
+        let namespace = req
+            .namespace
+            .clone()
+            .or_else(|| {
+                obj.pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .map(String::from)
+            })
+            .unwrap_or_default();
+        if !self.scope.namespace_in_scope(&namespace)
+            || self.plan.policy.ignored_workload_types.contains(&kind)
+        {
+            return pass("out-of-scope");
+        }
+        match self.stamp(req, kind, &namespace, obj) {
+            Ok(ops) => Outcome {
+                result: if ops.is_empty() {
+                    "unchanged"
+                } else {
+                    "patched"
+                },
+                ops,
+                warnings: Vec::new(),
+            },
+            Err(e) => {
+                self.metrics.error("admission");
+                Outcome {
+                    result: "error",
+                    warnings: vec![format!(
+                        "rekindle: could not stamp config hashes ({e}); allowed unchanged"
+                    )],
+                    ops: Vec::new(),
+                }
+            }
+        }
+    }
+
+    fn stamp(
+        &self,
+        req: &Request,
+        kind: WorkloadKind,
+        namespace: &str,
+        obj: &Value,
+    ) -> Result<Vec<PatchOperation>, String> {
+        let name = req
+            .name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .or_else(|| {
+                obj.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .map(String::from)
+            })
+            .unwrap_or_default();
+        let entry = WorkloadEntry::from_object(&self.plan, obj, kind);
+        // generateName: no name yet, so nothing to record; dry-run: no side effects.
+        let record = !name.is_empty() && req.dry_run != Some(true);
+        let key = WorkloadKey {
+            kind,
+            namespace: namespace.to_string(),
+            name,
+        };
+        let hashes = self.index.admit(&key, &entry, record);
+
+        let updating = req.operation == "UPDATE";
+        let old = req
+            .old_object
+            .as_ref()
+            .filter(|o| updating && o.is_object());
+        let mut ops = match old {
+            Some(old) => restore_markers(&self.plan, kind, old, obj)?,
+            None => Vec::new(),
+        };
+        let mut working = obj.clone();
+        json_patch::patch(&mut working, &ops).map_err(|e| e.to_string())?;
+
+        // A template that is not changing never gets a new marker: that would roll it for nothing.
+        let may_add = match old {
+            None => true,
+            Some(old) => refs::pod_template(old, kind) != refs::pod_template(&working, kind),
+        };
+        if may_add {
+            let changes = self.new_markers(kind, namespace, &working, &entry, &hashes);
+            let more = patch::render(&working, kind, &changes).map_err(|e| e.to_string())?;
+            json_patch::patch(&mut working, &more).map_err(|e| e.to_string())?;
+            ops.extend(more);
+        }
+        if !ops.is_empty() && annotation_bytes(&working, kind) > ANNOTATIONS_LIMIT {
+            return Err("stamping would push the annotations past 256 KiB".into());
+        }
+        Ok(ops)
+    }
+
+    /// Markers for every referenced resource the policy says should trigger the workload, and that the
+    /// object does not carry yet. A marker the object carries is never changed.
+    fn new_markers(
+        &self,
+        kind: WorkloadKind,
+        namespace: &str,
+        obj: &Value,
+        entry: &WorkloadEntry,
+        hashes: &HashMap<ResourceRef, ResourceEntry>,
+    ) -> Vec<MarkerChange> {
+        let spec = refs::pod_spec(obj, kind);
+        let place = marker_place(&self.plan, obj, kind);
+        let mut out = Vec::new();
+        for r in &entry.refs {
+            let Some(res) = hashes.get(r) else { continue };
+            let container = spec.and_then(|s| refs::choose_container(s, r.kind, &r.name, true));
+            if plan::current_marker(&self.plan, obj, kind, r.kind, &r.name, container.as_ref())
+                .is_some()
+            {
+                continue;
+            }
+            let change = Change {
+                kind: r.kind,
+                name: &r.name,
+                namespace,
+                hash: &res.hash,
+                flags: res.flags,
+                event: Event::Update,
+            };
+            let p = plan::plan_with_policy(&self.plan, obj, kind, &entry.policy, &change, 0);
+            out.extend(p.changes.into_iter().filter(|c| match c {
+                MarkerChange::SetEnv { .. } => place == Place::Template,
+                MarkerChange::SetConfigHash { place: p, .. } => *p == place,
+                _ => false,
+            }));
+        }
+        out
+    }
+}
+
+/// Ops that put back markers the old object had and the incoming one dropped (a `kubectl replace` or a
+/// GitOps re-apply of the original manifest): old value, old position.
+fn restore_markers(
+    cfg: &PlanConfig,
+    kind: WorkloadKind,
+    old: &Value,
+    new: &Value,
+) -> Result<Vec<PatchOperation>, String> {
+    let mut ops = Vec::new();
+    if cfg.strategy == Strategy::EnvVars && marker_place(cfg, new, kind) == Place::Template {
+        let tpl = kind.template_pointer();
+        let containers = |o: &Value| {
+            o.pointer(&format!("{tpl}/spec/containers"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (old_cs, new_cs) = (containers(old), containers(new));
+        for old_c in &old_cs {
+            let Some(cname) = old_c.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let Some(ci) = new_cs
+                .iter()
+                .position(|c| c.get("name").and_then(Value::as_str) == Some(cname))
+            else {
+                continue;
+            };
+            let new_env: Vec<Value> = new_cs[ci]
+                .get("env")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let had_env_array = new_cs[ci].get("env").is_some_and(Value::is_array);
+            let mut len = new_env.len();
+            let mut created = had_env_array;
+            for (pos, e) in old_c
+                .get("env")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let Some(ename) = e
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .filter(|n| n.starts_with("STAKATER_"))
+                else {
+                    continue;
+                };
+                if new_env
+                    .iter()
+                    .any(|n| n.get("name").and_then(Value::as_str) == Some(ename))
+                {
+                    continue;
+                }
+                let mut path = PointerBuf::from_tokens(tpl.split('/').skip(1));
+                for t in ["spec", "containers"] {
+                    path.push_back(t);
+                }
+                path.push_back(ci);
+                path.push_back("env");
+                if !created {
+                    ops.push(PatchOperation::Add(AddOperation {
+                        path: path.clone(),
+                        value: json!([]),
+                    }));
+                    created = true;
+                }
+                path.push_back(pos.min(len));
+                ops.push(PatchOperation::Add(AddOperation {
+                    path,
+                    value: e.clone(),
+                }));
+                len += 1;
+            }
+        }
+    }
+    for place in [Place::Template, Place::Metadata] {
+        let old_map = config_hashes(old, kind, place);
+        if old_map.is_empty() {
+            continue;
+        }
+        let new_map = config_hashes(new, kind, place);
+        let missing: BTreeMap<String, String> = old_map
+            .into_iter()
+            .filter(|(k, _)| !new_map.contains_key(k))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let changes: Vec<MarkerChange> = missing
+            .into_iter()
+            .map(|(key, hash)| MarkerChange::SetConfigHash { place, key, hash })
+            .collect();
+        let mut working = new.clone();
+        json_patch::patch(&mut working, &ops).map_err(|e| e.to_string())?;
+        ops.extend(patch::render(&working, kind, &changes).map_err(|e| e.to_string())?);
+    }
+    Ok(ops)
+}
+
+fn annotation_bytes(obj: &Value, kind: WorkloadKind) -> usize {
+    let size = |v: Option<&Value>| {
+        v.and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
+    let template = refs::pod_template(obj, kind).and_then(|t| t.pointer("/metadata/annotations"));
+    size(obj.pointer("/metadata/annotations")).max(size(template))
+}
+
+#[cfg(test)]
+mod tests;

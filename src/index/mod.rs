@@ -1,0 +1,566 @@
+//! The in-memory index: which workloads use which resources, and each resource's current hash.
+//!
+//! Plain data behind ONE lock; nothing here touches the network, so tests drive it directly.
+//! "Read hashes + record workload" (admission) and "update hash + find dependents" (watch) are each one
+//! critical section, so no change can fall between them. Secret data is never kept: hashes only.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::core::plan::{current_marker, PlanConfig};
+use crate::core::policy::{ResourceFlags, WorkloadPolicy};
+use crate::core::refs::{self, ResourceRef};
+use crate::core::{ResourceKind, WorkloadKind};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkloadKey {
+    pub kind: WorkloadKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for WorkloadKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResourceKey {
+    pub kind: ResourceKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ResourceKey {
+    pub fn new(kind: ResourceKind, namespace: &str, name: &str) -> Self {
+        Self {
+            kind,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// What the index keeps of a resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceEntry {
+    pub hash: String,
+    pub flags: ResourceFlags,
+}
+
+/// What the index keeps of a workload: references, policy annotations and markers, never the object.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WorkloadEntry {
+    pub refs: BTreeSet<ResourceRef>,
+    pub policy: WorkloadPolicy,
+    /// The marker currently on the workload for each referenced resource that has one.
+    pub markers: BTreeMap<ResourceRef, String>,
+    pub has_patterns: bool,
+}
+
+impl WorkloadEntry {
+    pub fn from_object(cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Self {
+        let policy = WorkloadPolicy::from_workload(&cfg.policy.keys, obj, kind);
+        let has_patterns = policy.has_patterns(&cfg.policy.keys);
+        let Some(spec) = refs::pod_spec(obj, kind) else {
+            return Self {
+                policy,
+                has_patterns,
+                ..Default::default()
+            };
+        };
+        let refs = refs::references(spec);
+        let markers = refs
+            .iter()
+            .filter_map(|r| {
+                let container = refs::choose_container(spec, r.kind, &r.name, true);
+                current_marker(cfg, obj, kind, r.kind, &r.name, container.as_ref())
+                    .map(|m| (r.clone(), m))
+            })
+            .collect();
+        Self {
+            refs,
+            policy,
+            markers,
+            has_patterns,
+        }
+    }
+
+    /// Could a change of this resource concern the workload at all?
+    fn may_depend_on(&self, kind: ResourceKind, name: &str) -> bool {
+        self.has_patterns
+            || self.refs.contains(&ResourceRef {
+                kind,
+                name: name.to_string(),
+            })
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    resources: HashMap<ResourceKey, ResourceEntry>,
+    workloads: HashMap<WorkloadKey, WorkloadEntry>,
+    /// Admission records not yet confirmed by the watch, with when they were recorded.
+    provisional: HashMap<WorkloadKey, (WorkloadEntry, Instant)>,
+    /// resource → workloads naming it (confirmed or provisional).
+    reverse: HashMap<ResourceKey, HashSet<WorkloadKey>>,
+    /// namespace → workloads with reload patterns (found by evaluation, not by reference).
+    patterns: HashMap<String, HashSet<WorkloadKey>>,
+}
+
+impl State {
+    fn link(&mut self, key: &WorkloadKey, entry: &WorkloadEntry) {
+        for r in &entry.refs {
+            self.reverse
+                .entry(ResourceKey::new(r.kind, &key.namespace, &r.name))
+                .or_default()
+                .insert(key.clone());
+        }
+        if entry.has_patterns {
+            self.patterns
+                .entry(key.namespace.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
+    /// Removes the reverse links of `old` that neither the confirmed nor the provisional record still needs.
+    fn unlink(&mut self, key: &WorkloadKey, old: &WorkloadEntry) {
+        let still = |s: &State, r: &ResourceRef| {
+            s.workloads.get(key).is_some_and(|e| e.refs.contains(r))
+                || s.provisional
+                    .get(key)
+                    .is_some_and(|(e, _)| e.refs.contains(r))
+        };
+        for r in &old.refs {
+            if still(self, r) {
+                continue;
+            }
+            let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
+            if let Some(set) = self.reverse.get_mut(&rk) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.reverse.remove(&rk);
+                }
+            }
+        }
+        let patterns_still = self.workloads.get(key).is_some_and(|e| e.has_patterns)
+            || self
+                .provisional
+                .get(key)
+                .is_some_and(|(e, _)| e.has_patterns);
+        if old.has_patterns && !patterns_still {
+            if let Some(set) = self.patterns.get_mut(&key.namespace) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.patterns.remove(&key.namespace);
+                }
+            }
+        }
+    }
+
+    fn dependents(&self, key: &ResourceKey) -> Vec<WorkloadKey> {
+        let mut out: BTreeSet<WorkloadKey> = self
+            .reverse
+            .get(key)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        out.extend(
+            self.patterns
+                .get(&key.namespace)
+                .into_iter()
+                .flatten()
+                .cloned(),
+        );
+        out.into_iter()
+            .filter(|w| {
+                self.workloads
+                    .get(w)
+                    .is_some_and(|e| e.may_depend_on(key.kind, &key.name))
+                    || self
+                        .provisional
+                        .get(w)
+                        .is_some_and(|(e, _)| e.may_depend_on(key.kind, &key.name))
+            })
+            .collect()
+    }
+}
+
+/// The result of recording a resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceUpdate {
+    pub previous: Option<ResourceEntry>,
+    /// Workloads that may depend on the resource (empty when the hash did not change).
+    pub dependents: Vec<WorkloadKey>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IndexSizes {
+    pub resources: usize,
+    pub workloads: usize,
+    pub provisional: usize,
+    pub reverse_edges: usize,
+}
+
+#[derive(Debug, Default)]
+pub struct Index {
+    state: RwLock<State>,
+}
+
+impl Index {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        // A panic while holding the lock cannot leave the maps half-updated in a way that matters more
+        // than stopping the process would, so keep serving.
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Admission: records the workload provisionally (unless `record` is false: dry-run, generateName)
+    /// and returns the current entries of the resources it references, in one critical section.
+    pub fn admit(
+        &self,
+        key: &WorkloadKey,
+        entry: &WorkloadEntry,
+        record: bool,
+    ) -> HashMap<ResourceRef, ResourceEntry> {
+        let mut state = self.write();
+        let hashes = entry
+            .refs
+            .iter()
+            .filter_map(|r| {
+                state
+                    .resources
+                    .get(&ResourceKey::new(r.kind, &key.namespace, &r.name))
+                    .map(|e| (r.clone(), e.clone()))
+            })
+            .collect();
+        if record {
+            let old = state
+                .provisional
+                .insert(key.clone(), (entry.clone(), Instant::now()));
+            state.link(key, entry);
+            if let Some((old, _)) = old {
+                state.unlink(key, &old);
+            }
+        }
+        hashes
+    }
+
+    /// The watch saw the workload: the authoritative record.
+    pub fn apply_workload(&self, key: WorkloadKey, entry: WorkloadEntry) {
+        let mut state = self.write();
+        let provisional = state.provisional.remove(&key).map(|(e, _)| e);
+        let old = state.workloads.insert(key.clone(), entry.clone());
+        state.link(&key, &entry);
+        for old in old.iter().chain(provisional.iter()) {
+            state.unlink(&key, old);
+        }
+    }
+
+    pub fn delete_workload(&self, key: &WorkloadKey) {
+        let mut state = self.write();
+        let old = state.workloads.remove(key);
+        let provisional = state.provisional.remove(key).map(|(e, _)| e);
+        for old in old.iter().chain(provisional.iter()) {
+            state.unlink(key, old);
+        }
+    }
+
+    /// Drops admission records the watch has not confirmed within `max_age` (a later webhook may have
+    /// rejected the object). Returns how many were dropped.
+    pub fn expire_provisional(&self, max_age: Duration) -> usize {
+        let mut state = self.write();
+        let now = Instant::now();
+        let expired: Vec<WorkloadKey> = state
+            .provisional
+            .iter()
+            .filter(|(_, (_, at))| now.duration_since(*at) > max_age)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &expired {
+            if let Some((old, _)) = state.provisional.remove(key) {
+                state.unlink(key, &old);
+            }
+        }
+        expired.len()
+    }
+
+    /// Records a resource's hash; when it changed (or is new), returns the workloads that may depend on it.
+    pub fn update_resource(&self, key: &ResourceKey, entry: ResourceEntry) -> ResourceUpdate {
+        let mut state = self.write();
+        let previous = state.resources.insert(key.clone(), entry.clone());
+        let changed = previous.as_ref().is_none_or(|p| p.hash != entry.hash);
+        let dependents = if changed {
+            state.dependents(key)
+        } else {
+            Vec::new()
+        };
+        ResourceUpdate {
+            previous,
+            dependents,
+        }
+    }
+
+    pub fn remove_resource(&self, key: &ResourceKey) -> ResourceUpdate {
+        let mut state = self.write();
+        let previous = state.resources.remove(key);
+        let dependents = if previous.is_some() {
+            state.dependents(key)
+        } else {
+            Vec::new()
+        };
+        ResourceUpdate {
+            previous,
+            dependents,
+        }
+    }
+
+    pub fn resource(&self, key: &ResourceKey) -> Option<ResourceEntry> {
+        self.read().resources.get(key).cloned()
+    }
+
+    /// Keys of the resources of one kind, optionally in one namespace (for re-list bookkeeping).
+    pub fn resource_keys(&self, kind: ResourceKind, namespace: Option<&str>) -> Vec<ResourceKey> {
+        self.read()
+            .resources
+            .keys()
+            .filter(|k| k.kind == kind && namespace.is_none_or(|ns| k.namespace == ns))
+            .cloned()
+            .collect()
+    }
+
+    pub fn workload_keys(&self, kind: WorkloadKind, namespace: Option<&str>) -> Vec<WorkloadKey> {
+        self.read()
+            .workloads
+            .keys()
+            .filter(|k| k.kind == kind && namespace.is_none_or(|ns| k.namespace == ns))
+            .cloned()
+            .collect()
+    }
+
+    pub fn workload(&self, key: &WorkloadKey) -> Option<WorkloadEntry> {
+        self.read().workloads.get(key).cloned()
+    }
+
+    /// Workloads whose marker for a resource differs from the resource's current hash (catch-up, §10).
+    /// Absent markers are left alone.
+    pub fn stale_markers(&self) -> Vec<(WorkloadKey, ResourceRef)> {
+        let state = self.read();
+        let mut out = Vec::new();
+        for (key, entry) in &state.workloads {
+            for (r, marker) in &entry.markers {
+                let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
+                if let Some(res) = state.resources.get(&rk) {
+                    if &res.hash != marker {
+                        out.push((key.clone(), r.clone()));
+                    }
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    pub fn sizes(&self) -> IndexSizes {
+        let state = self.read();
+        IndexSizes {
+            resources: state.resources.len(),
+            workloads: state.workloads.len(),
+            provisional: state.provisional.len(),
+            reverse_edges: state.reverse.values().map(HashSet::len).sum(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cfg() -> PlanConfig {
+        PlanConfig::default()
+    }
+
+    fn mk_deploy(
+        ns: &str,
+        name: &str,
+        cm: &str,
+        env: Option<&str>,
+    ) -> (WorkloadKey, WorkloadEntry) {
+        let mut container = json!({"name": "app", "envFrom": [{"configMapRef": {"name": cm}}]});
+        if let Some(v) = env {
+            container["env"] = json!([{"name": crate::core::envname::env_var_name(cm, ResourceKind::ConfigMap), "value": v}]);
+        }
+        let obj = json!({"metadata": {"name": name, "namespace": ns, "annotations": {"reloader.stakater.com/auto": "true"}},
+            "spec": {"template": {"spec": {"containers": [container]}}}});
+        let key = WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: ns.into(),
+            name: name.into(),
+        };
+        (
+            key,
+            WorkloadEntry::from_object(&cfg(), &obj, WorkloadKind::Deployment),
+        )
+    }
+
+    fn cm_key(ns: &str, name: &str) -> ResourceKey {
+        ResourceKey::new(ResourceKind::ConfigMap, ns, name)
+    }
+
+    fn entry(hash: &str) -> ResourceEntry {
+        ResourceEntry {
+            hash: hash.into(),
+            flags: ResourceFlags::default(),
+        }
+    }
+
+    #[test]
+    fn dependents_found_by_reference_only_in_the_same_namespace() {
+        let index = Index::new();
+        let (a, ea) = mk_deploy("ns1", "a", "cfg", None);
+        let (b, eb) = mk_deploy("ns2", "b", "cfg", None);
+        index.apply_workload(a.clone(), ea);
+        index.apply_workload(b, eb);
+        index.update_resource(&cm_key("ns1", "cfg"), entry("h1"));
+        let upd = index.update_resource(&cm_key("ns1", "cfg"), entry("h2"));
+        assert_eq!(upd.dependents, vec![a.clone()]);
+        assert_eq!(upd.previous.unwrap().hash, "h1");
+        // Same hash again: nothing to do.
+        assert!(index
+            .update_resource(&cm_key("ns1", "cfg"), entry("h2"))
+            .dependents
+            .is_empty());
+        // Removed workload: no longer a dependent, and no edges left behind.
+        index.delete_workload(&a);
+        assert!(index
+            .update_resource(&cm_key("ns1", "cfg"), entry("h3"))
+            .dependents
+            .is_empty());
+        assert_eq!(index.sizes().reverse_edges, 1);
+    }
+
+    #[test]
+    fn admission_reads_hashes_and_records_provisionally() {
+        let index = Index::new();
+        index.update_resource(&cm_key("ns", "cfg"), entry("h1"));
+        let (a, ea) = mk_deploy("ns", "a", "cfg", None);
+        let dry = index.admit(&a, &ea, false);
+        assert_eq!(
+            dry[&ResourceRef {
+                kind: ResourceKind::ConfigMap,
+                name: "cfg".into()
+            }]
+                .hash,
+            "h1"
+        );
+        assert_eq!(index.sizes().provisional, 0, "dry-run leaves no trace");
+        index.admit(&a, &ea, true);
+        assert_eq!(index.sizes().provisional, 1);
+        assert_eq!(
+            index
+                .update_resource(&cm_key("ns", "cfg"), entry("h2"))
+                .dependents,
+            vec![a.clone()]
+        );
+        // Unconfirmed records expire.
+        assert_eq!(index.expire_provisional(Duration::ZERO), 1);
+        assert!(index
+            .update_resource(&cm_key("ns", "cfg"), entry("h3"))
+            .dependents
+            .is_empty());
+        // The watch confirms: the record is authoritative and does not expire.
+        index.admit(&a, &ea, true);
+        index.apply_workload(a.clone(), ea);
+        assert_eq!(index.expire_provisional(Duration::ZERO), 0);
+        assert_eq!(
+            index
+                .update_resource(&cm_key("ns", "cfg"), entry("h4"))
+                .dependents,
+            vec![a]
+        );
+    }
+
+    #[test]
+    fn changed_references_move_edges() {
+        let index = Index::new();
+        let (a, e1) = mk_deploy("ns", "a", "one", None);
+        index.apply_workload(a.clone(), e1);
+        let (_, e2) = mk_deploy("ns", "a", "two", None);
+        index.apply_workload(a.clone(), e2);
+        index.update_resource(&cm_key("ns", "one"), entry("x"));
+        index.update_resource(&cm_key("ns", "two"), entry("x"));
+        assert!(index
+            .update_resource(&cm_key("ns", "one"), entry("y"))
+            .dependents
+            .is_empty());
+        assert_eq!(
+            index
+                .update_resource(&cm_key("ns", "two"), entry("y"))
+                .dependents,
+            vec![a]
+        );
+    }
+
+    #[test]
+    fn pattern_workloads_are_found_without_a_reference() {
+        let index = Index::new();
+        let obj = json!({"metadata": {"annotations": {"configmap.reloader.stakater.com/reload": "gen-.*"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "c"}]}}}});
+        let key = WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: "ns".into(),
+            name: "p".into(),
+        };
+        index.apply_workload(
+            key.clone(),
+            WorkloadEntry::from_object(&cfg(), &obj, WorkloadKind::Deployment),
+        );
+        assert_eq!(
+            index
+                .update_resource(&cm_key("ns", "gen-1"), entry("h"))
+                .dependents,
+            vec![key]
+        );
+        assert!(index
+            .update_resource(&cm_key("other", "gen-1"), entry("h"))
+            .dependents
+            .is_empty());
+    }
+
+    #[test]
+    fn stale_markers_for_catch_up() {
+        let index = Index::new();
+        let (a, ea) = mk_deploy("ns", "a", "cfg", Some("old"));
+        let (b, eb) = mk_deploy("ns", "b", "cfg", Some("new"));
+        let (c, ec) = mk_deploy("ns", "c", "cfg", None);
+        index.apply_workload(a.clone(), ea);
+        index.apply_workload(b, eb);
+        index.apply_workload(c, ec);
+        index.update_resource(&cm_key("ns", "cfg"), entry("new"));
+        // Only the workload whose marker differs; the one without a marker is left alone.
+        assert_eq!(
+            index.stale_markers(),
+            vec![(
+                a,
+                ResourceRef {
+                    kind: ResourceKind::ConfigMap,
+                    name: "cfg".into()
+                }
+            )]
+        );
+    }
+}

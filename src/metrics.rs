@@ -1,0 +1,294 @@
+//! Prometheus metrics: Reloader's names and label values (dashboards and alerts keep working) plus
+//! `rekindle_*` for what only rekindle has.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SuccessLabels {
+    pub success: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceLabels {
+    pub success: String,
+    pub namespace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    pub workload_kind: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub workload_kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    pub event_type: String,
+    pub resource_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    pub operation: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabels {
+    pub resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub kind: String,
+}
+
+pub struct Metrics {
+    pub reload_executed: Family<SuccessLabels, Counter>,
+    pub reload_executed_by_namespace: Family<NamespaceLabels, Gauge<u64, AtomicU64>>,
+    pub count_by_namespace: bool,
+    pub action: Family<ActionLabels, Counter>,
+    pub action_latency: Family<KindLabels, Histogram>,
+    pub skipped: Family<ReasonLabels, Counter>,
+    pub events_received: Family<EventLabels, Counter>,
+    pub admission_requests: Family<AdmissionLabels, Counter>,
+    pub admission_duration: Histogram,
+    pub index_resources: Gauge,
+    pub index_workloads: Gauge,
+    pub index_provisional: Gauge,
+    pub queue_depth: Gauge,
+    pub reloads_coalesced: Counter,
+    pub reload_latency: Histogram,
+    pub watch_restarts: Family<WatchLabels, Counter>,
+    pub errors: Family<ErrorLabels, Counter>,
+    pub invalid_annotations: Counter,
+    pub ready: Gauge,
+}
+
+impl Metrics {
+    pub fn new(registry: &mut Registry, count_by_namespace: bool) -> Self {
+        let latency_buckets = || Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        let m = Self {
+            reload_executed: Family::default(),
+            reload_executed_by_namespace: Family::default(),
+            count_by_namespace,
+            action: Family::default(),
+            action_latency: Family::new_with_constructor(latency_buckets),
+            skipped: Family::default(),
+            events_received: Family::default(),
+            admission_requests: Family::default(),
+            admission_duration: Histogram::new(exponential_buckets(0.00005, 2.0, 16)),
+            index_resources: Gauge::default(),
+            index_workloads: Gauge::default(),
+            index_provisional: Gauge::default(),
+            queue_depth: Gauge::default(),
+            reloads_coalesced: Counter::default(),
+            reload_latency: latency_buckets(),
+            watch_restarts: Family::default(),
+            errors: Family::default(),
+            invalid_annotations: Counter::default(),
+            ready: Gauge::default(),
+        };
+        // Reloader starts both series at 0.
+        for s in ["true", "false"] {
+            let _ = m
+                .reload_executed
+                .get_or_create(&SuccessLabels { success: s.into() });
+        }
+        // prometheus-client appends `_total` to counters itself.
+        registry.register(
+            "reloader_reload_executed",
+            "Reloads executed, by success",
+            m.reload_executed.clone(),
+        );
+        if count_by_namespace {
+            // Reloader's exact name already ends in `_total` mid-name; a gauge keeps it verbatim.
+            registry.register(
+                "reloader_reload_executed_total_by_namespace",
+                "Reloads executed, by success and namespace",
+                m.reload_executed_by_namespace.clone(),
+            );
+        }
+        registry.register(
+            "reloader_action",
+            "Workload actions, by kind and result",
+            m.action.clone(),
+        );
+        registry.register(
+            "reloader_action_latency_seconds",
+            "Time to act on a workload",
+            m.action_latency.clone(),
+        );
+        registry.register(
+            "reloader_skipped",
+            "Skipped reloads, by reason",
+            m.skipped.clone(),
+        );
+        registry.register(
+            "reloader_events_received",
+            "Watch events received",
+            m.events_received.clone(),
+        );
+        registry.register(
+            "rekindle_admission_requests",
+            "Admission requests, by operation and result",
+            m.admission_requests.clone(),
+        );
+        registry.register(
+            "rekindle_admission_duration_seconds",
+            "Admission handling time",
+            m.admission_duration.clone(),
+        );
+        registry.register(
+            "rekindle_index_resources",
+            "Resources (hashes) in the index",
+            m.index_resources.clone(),
+        );
+        registry.register(
+            "rekindle_index_workloads",
+            "Workloads in the index",
+            m.index_workloads.clone(),
+        );
+        registry.register(
+            "rekindle_index_provisional_workloads",
+            "Admission records awaiting the watch",
+            m.index_provisional.clone(),
+        );
+        registry.register(
+            "rekindle_queue_depth",
+            "Workloads waiting to be reloaded",
+            m.queue_depth.clone(),
+        );
+        registry.register(
+            "rekindle_reloads_coalesced",
+            "Changes merged into an already queued reload",
+            m.reloads_coalesced.clone(),
+        );
+        registry.register(
+            "rekindle_reload_latency_seconds",
+            "From the watch event of a change to the accepted PATCH",
+            m.reload_latency.clone(),
+        );
+        registry.register(
+            "rekindle_watch_restarts",
+            "Watch streams restarted after an error",
+            m.watch_restarts.clone(),
+        );
+        registry.register("rekindle_errors", "Failures, by kind", m.errors.clone());
+        registry.register(
+            "rekindle_invalid_annotations",
+            "Invalid annotations reported as Warning Events",
+            m.invalid_annotations.clone(),
+        );
+        registry.register(
+            "rekindle_ready",
+            "1 when every watch has synced",
+            m.ready.clone(),
+        );
+        registry.register(
+            "rekindle_build",
+            "Build information",
+            Info::new(vec![
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("commit", env!("REKINDLE_GIT_COMMIT")),
+            ]),
+        );
+        m
+    }
+
+    pub fn reload_done(&self, namespace: &str, kind: &str, ok: bool, seconds: f64) {
+        let success = if ok { "true" } else { "false" };
+        self.reload_executed
+            .get_or_create(&SuccessLabels {
+                success: success.into(),
+            })
+            .inc();
+        if self.count_by_namespace {
+            self.reload_executed_by_namespace
+                .get_or_create(&NamespaceLabels {
+                    success: success.into(),
+                    namespace: namespace.into(),
+                })
+                .inc();
+        }
+        let result = if ok { "success" } else { "error" };
+        self.action
+            .get_or_create(&ActionLabels {
+                workload_kind: kind.into(),
+                result: result.into(),
+            })
+            .inc();
+        self.action_latency
+            .get_or_create(&KindLabels {
+                workload_kind: kind.into(),
+            })
+            .observe(seconds);
+    }
+
+    pub fn skip(&self, reason: &str) {
+        self.skipped
+            .get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    pub fn event(&self, event_type: &str, resource_type: &str) {
+        self.events_received
+            .get_or_create(&EventLabels {
+                event_type: event_type.into(),
+                resource_type: resource_type.into(),
+            })
+            .inc();
+    }
+
+    pub fn error(&self, kind: &str) {
+        self.errors
+            .get_or_create(&ErrorLabels { kind: kind.into() })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reloader_names_are_exact() {
+        let mut registry = Registry::default();
+        let m = Metrics::new(&mut registry, true);
+        m.reload_done("ns", "Deployment", true, 0.01);
+        m.skip("no_data_change");
+        m.event("update", "configmaps");
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        for line in [
+            "reloader_reload_executed_total{success=\"true\"} 1",
+            "reloader_reload_executed_total{success=\"false\"} 0",
+            "reloader_reload_executed_total_by_namespace{success=\"true\",namespace=\"ns\"} 1",
+            "reloader_action_total{workload_kind=\"Deployment\",result=\"success\"} 1",
+            "reloader_skipped_total{reason=\"no_data_change\"} 1",
+            "reloader_events_received_total{event_type=\"update\",resource_type=\"configmaps\"} 1",
+        ] {
+            assert!(out.contains(line), "missing {line:?} in\n{out}");
+        }
+        assert!(out.contains("reloader_action_latency_seconds_bucket"));
+    }
+}
