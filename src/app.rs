@@ -1,11 +1,345 @@
-//! Wiring of the server. The server itself arrives with the webhook, index and watch loop.
+//! Wiring only: the client, the registry, the index, the servers, the watches and the writer.
 
-use anyhow::{bail, Result};
+use std::sync::Arc;
+use std::time::Duration;
 
-use crate::cli::Config;
+use anyhow::{Context, Result};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::PostParams;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
 
-pub fn main(_config: Config) -> Result<()> {
-    bail!(
-        "the server is not available in this build yet; use `rekindle hash` or `rekindle explain`"
-    )
+use crate::admission::{http as admission_http, Admission};
+use crate::cli::{Config, LogFormat};
+use crate::core::hash::{configmap_hash_typed, secret_hash_typed};
+use crate::core::{ResourceKind, WorkloadKind};
+use crate::index::Index;
+use crate::metrics::Metrics;
+use crate::reload::queue::{Queue, QueueConfig};
+use crate::reload::writer::Writer;
+use crate::scope::ScopeFilter;
+use crate::server::admin::{self, Health};
+use crate::server::{bind, tls};
+use crate::watch::{self, Ctx, ReadyTracker};
+
+/// How long an admission record may wait for the watch to confirm it.
+const PROVISIONAL_TTL: Duration = Duration::from_secs(60);
+
+pub fn main(config: Config) -> Result<()> {
+    init_logging(&config);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(run(config))
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("REKINDLE_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!(
+            "{},kube=warn,hyper=warn,rustls=warn",
+            config.log_level
+        ))
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match config.log_format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+async fn client(config: &Config) -> Result<Client> {
+    let kube_config = match &config.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig and not in a cluster")?,
+    };
+    Ok(Client::try_from(kube_config)?)
+}
+
+/// rekindle's own user name: its requests pass the webhook unchanged.
+async fn self_username(client: &Client) -> Option<String> {
+    let review: SelfSubjectReview =
+        serde_json::from_value(serde_json::json!({"metadata": {}})).ok()?;
+    match Api::<SelfSubjectReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+    {
+        Ok(r) => r.status.and_then(|s| s.user_info).and_then(|u| u.username),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not learn rekindle's own identity; its own writes will go through the webhook");
+            None
+        }
+    }
+}
+
+async fn run(config: Config) -> Result<()> {
+    let client = client(&config).await?;
+    let shutdown = CancellationToken::new();
+    let health = Arc::new(Health::default());
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::new(
+        &mut registry,
+        std::env::var("METRICS_COUNT_BY_NAMESPACE").as_deref() == Ok("enabled"),
+    ));
+    let registry = Arc::new(registry);
+    let index = Arc::new(Index::new());
+    let scope = Arc::new(ScopeFilter::new(&config.scope));
+    let queue = Arc::new(Queue::new(QueueConfig {
+        debounce: config.reload_debounce,
+        debounce_max: config.reload_debounce_max,
+        min_interval: config.min_reload_interval,
+    }));
+    let ready = ReadyTracker::new(health.clone());
+    let kinds = vec![
+        WorkloadKind::Deployment,
+        WorkloadKind::StatefulSet,
+        WorkloadKind::DaemonSet,
+    ];
+    if config.enable_ha {
+        tracing::warn!(
+            "--enable-ha: leader election is not available in this build; run a single replica"
+        );
+    }
+
+    // Admin server first, so probes answer (503) while the watches sync.
+    let admin_listener = bind(config.admin_addr)
+        .await
+        .with_context(|| format!("binding --admin-addr {}", config.admin_addr))?;
+    tracing::info!(addr = %admin_listener.local_addr()?, "admin server listening");
+    let admin_router = admin::router(health.clone(), registry.clone());
+    let admin_shutdown = shutdown.clone();
+    let admin_task = tokio::spawn(async move {
+        let _ = axum::serve(admin_listener, admin_router)
+            .with_graceful_shutdown(admin_shutdown.cancelled_owned())
+            .await;
+    });
+
+    let admission = Arc::new(Admission {
+        plan: config.plan.clone(),
+        scope: scope.clone(),
+        index: index.clone(),
+        metrics: metrics.clone(),
+        self_username: self_username(&client).await,
+        notify_only: config.webhook_url.is_some(),
+        kinds: kinds.clone(),
+    });
+    let webhook_task = match (&config.tls_cert_file, &config.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            let certs = tls::ReloadingCert::new(cert, key)?;
+            let tls_config = tls::server_config(certs.clone(), config.tls_min_version)?;
+            let listener = bind(config.webhook_addr)
+                .await
+                .with_context(|| format!("binding --webhook-addr {}", config.webhook_addr))?;
+            tracing::info!(addr = %listener.local_addr()?, "admission webhook listening");
+            let refresh_shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(10));
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => { certs.refresh(); }
+                        _ = refresh_shutdown.cancelled() => break,
+                    }
+                }
+            });
+            Some(tokio::spawn(tls::serve(
+                listener,
+                tls_config,
+                admission_http::router(admission),
+                shutdown.clone(),
+            )))
+        }
+        _ => {
+            tracing::warn!("no --tls-cert-file/--tls-key-file: the admission webhook is off; workloads are found by the watch only");
+            None
+        }
+    };
+
+    let ctx = Arc::new(Ctx {
+        plan: config.plan.clone(),
+        index: index.clone(),
+        queue: queue.clone(),
+        metrics: metrics.clone(),
+        scope: scope.clone(),
+        ready: ready.clone(),
+    });
+    let namespaces: Vec<Option<String>> = match scope.watched_namespaces() {
+        Some(list) => list.iter().cloned().map(Some).collect(),
+        None => vec![None],
+    };
+    let label_config = |c: watcher::Config| match &config.resource_label_selector {
+        Some(sel) => c.labels(&sel.to_string()),
+        None => c,
+    };
+    let mut watches = Vec::new();
+    if scope.selector().is_some() {
+        ready.expect("namespaces");
+        watches.push(tokio::spawn(watch::namespaces(client.clone(), ctx.clone())));
+    }
+    for ns in &namespaces {
+        let star = ns.as_deref().unwrap_or("*");
+        if !config.ignore_configmaps {
+            let api: Api<ConfigMap> = match ns {
+                Some(n) => Api::namespaced(client.clone(), n),
+                None => Api::all(client.clone()),
+            };
+            ready.expect(&format!("configmaps/{star}"));
+            watches.push(tokio::spawn(watch::resources(
+                api,
+                label_config(watcher::Config::default()),
+                ResourceKind::ConfigMap,
+                "configmaps",
+                ns.clone(),
+                configmap_hash_typed,
+                ctx.clone(),
+            )));
+        }
+        if !config.ignore_secrets {
+            let api: Api<Secret> = match ns {
+                Some(n) => Api::namespaced(client.clone(), n),
+                None => Api::all(client.clone()),
+            };
+            // Helm release blobs are large and never mounted: keep them out of the watch.
+            let wc = label_config(watcher::Config::default().fields("type!=helm.sh/release.v1"));
+            ready.expect(&format!("secrets/{star}"));
+            watches.push(tokio::spawn(watch::resources(
+                api,
+                wc,
+                ResourceKind::Secret,
+                "secrets",
+                ns.clone(),
+                secret_hash_typed,
+                ctx.clone(),
+            )));
+        }
+        for kind in &kinds {
+            ready.expect(&format!("{}/{star}", kind.name()));
+            watches.push(tokio::spawn(watch::workloads(
+                client.clone(),
+                *kind,
+                ns.clone(),
+                ctx.clone(),
+            )));
+        }
+    }
+
+    let reporter = Reporter {
+        controller: "rekindle".into(),
+        instance: std::env::var("POD_NAME")
+            .ok()
+            .or_else(|| hostname::get().ok().and_then(|h| h.into_string().ok())),
+    };
+    let writer = Arc::new(Writer::new(
+        client.clone(),
+        config.plan.clone(),
+        index.clone(),
+        queue.clone(),
+        metrics.clone(),
+        Recorder::new(client.clone(), reporter),
+        config.max_concurrent_reloads,
+    ));
+    let writer_task = if config.webhook_url.is_some() {
+        tracing::warn!(
+            "--webhook-url: notifications are not available in this build; no workload is touched"
+        );
+        None
+    } else {
+        Some(tokio::spawn(writer.run(shutdown.clone())))
+    };
+
+    // Catch-up once every watch has synced, then the periodic consistency pass.
+    let housekeeping = {
+        let (index, queue, metrics, scope, ctx, shutdown) = (
+            index.clone(),
+            queue.clone(),
+            metrics.clone(),
+            scope.clone(),
+            ctx.clone(),
+            shutdown.clone(),
+        );
+        let interval = config.consistency_interval;
+        let notify_only = config.webhook_url.is_some();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = ready.all_synced.notified() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            tracing::info!(sizes = ?index.sizes(), "all watches synced; ready");
+            metrics.ready.set(1);
+            let mut consistency = tokio::time::interval_at(tokio::time::Instant::now(), interval);
+            let mut gauges = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tokio::select! {
+                    _ = consistency.tick() => {
+                        if notify_only { continue; }
+                        let stale = index.stale_markers();
+                        if !stale.is_empty() {
+                            tracing::info!(count = stale.len(), "markers differ from current hashes; reloading");
+                        }
+                        let now = tokio::time::Instant::now();
+                        for (key, r) in stale {
+                            if scope.namespace_in_scope(&key.namespace) && !ctx.plan.policy.ignored_workload_types.contains(&key.kind) {
+                                queue.push(key, r, crate::core::plan::Event::Update, now);
+                            }
+                        }
+                    }
+                    _ = gauges.tick() => {
+                        index.expire_provisional(PROVISIONAL_TTL);
+                        let s = index.sizes();
+                        metrics.index_resources.set(s.resources as i64);
+                        metrics.index_workloads.set(s.workloads as i64);
+                        metrics.index_provisional.set(s.provisional as i64);
+                        metrics.queue_depth.set(queue.depth() as i64);
+                    }
+                    _ = shutdown.cancelled() => return,
+                }
+            }
+        })
+    };
+
+    wait_for_signal().await;
+    tracing::info!("shutting down: failing readiness, draining");
+    health.set_ready(false);
+    metrics.ready.set(0);
+    shutdown.cancel();
+    if let Some(t) = writer_task {
+        let _ = t.await;
+    }
+    if let Some(t) = webhook_task {
+        let _ = t.await;
+    }
+    for w in watches {
+        w.abort();
+    }
+    housekeeping.abort();
+    let _ = admin_task.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }

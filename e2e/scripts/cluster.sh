@@ -144,8 +144,13 @@ NODE
   # puts on a new Node.
   "$BIN/kubectl" --kubeconfig "$kc" taint node kwok-node-0 node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
   wait_for "the default ServiceAccount" 60 "$BIN/kubectl" --kubeconfig "$kc" -n default get serviceaccount default
+  # rekindle's own identity (its requests must not look like the admin's: the webhook lets its own
+  # writes through unchanged).
+  "$ROOT/target/debug/certs-gen" client --out "$PKI" --name rekindle --cn rekindle --org system:masters
+  sed -e "s#$PKI/admin.crt#$PKI/rekindle.crt#" -e "s#$PKI/admin.key#$PKI/rekindle.key#" -e 's/e2e-admin/rekindle/g' "$kc" >"$STATE/rekindle.kubeconfig"
   {
     echo "KUBECONFIG=$kc"
+    echo "REKINDLE_KUBECONFIG=$STATE/rekindle.kubeconfig"
     echo "APISERVER=https://127.0.0.1:$api_port"
     echo "ETCD=http://127.0.0.1:$etcd_port"
     echo "BIN=$BIN"

@@ -1,0 +1,4 @@
+//! Reloading: the queue that coalesces changes per workload and the writer that patches workloads.
+
+pub mod queue;
+pub mod writer;

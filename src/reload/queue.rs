@@ -1,0 +1,261 @@
+//! The reload queue: one entry per workload, so changes that hit the same workload coalesce; a debounce
+//! window (bounded by a maximum) and an optional per-workload cooldown decide when it is due.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::core::plan::Event;
+use crate::core::refs::ResourceRef;
+use crate::index::WorkloadKey;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingChange {
+    pub event: Event,
+    /// When the watch saw the first change of this resource still pending (for the latency metric).
+    pub observed: Instant,
+}
+
+#[derive(Debug, Clone)]
+pub struct Pending {
+    pub first: Instant,
+    pub due: Instant,
+    pub changes: BTreeMap<ResourceRef, PendingChange>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct QueueConfig {
+    pub debounce: Duration,
+    pub debounce_max: Duration,
+    pub min_interval: Duration,
+}
+
+#[derive(Default)]
+struct State {
+    pending: HashMap<WorkloadKey, Pending>,
+    in_flight: HashSet<WorkloadKey>,
+    last_reload: HashMap<WorkloadKey, Instant>,
+}
+
+pub struct Queue {
+    cfg: QueueConfig,
+    state: Mutex<State>,
+    notify: Notify,
+}
+
+/// Whether a push made a new entry or merged into a queued one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    New,
+    Coalesced,
+}
+
+impl Queue {
+    pub fn new(cfg: QueueConfig) -> Self {
+        Self {
+            cfg,
+            state: Mutex::default(),
+            notify: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn push(
+        &self,
+        key: WorkloadKey,
+        resource: ResourceRef,
+        event: Event,
+        observed: Instant,
+    ) -> Pushed {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let cooldown_end = state
+            .last_reload
+            .get(&key)
+            .map(|t| *t + self.cfg.min_interval);
+        let pushed = if state.pending.contains_key(&key) {
+            Pushed::Coalesced
+        } else {
+            Pushed::New
+        };
+        let entry = state.pending.entry(key).or_insert_with(|| Pending {
+            first: now,
+            due: now,
+            changes: BTreeMap::new(),
+        });
+        entry.due = (now + self.cfg.debounce).min(entry.first + self.cfg.debounce_max);
+        if let Some(end) = cooldown_end.filter(|_| !self.cfg.min_interval.is_zero()) {
+            entry.due = entry.due.max(end);
+        }
+        entry
+            .changes
+            .entry(resource)
+            .and_modify(|c| c.event = event)
+            .or_insert(PendingChange { event, observed });
+        drop(state);
+        self.notify.notify_one();
+        pushed
+    }
+
+    pub fn depth(&self) -> usize {
+        self.lock().pending.len()
+    }
+
+    /// Waits for the next due workload that is not already being reloaded and takes it.
+    pub async fn next(&self) -> (WorkloadKey, Pending) {
+        loop {
+            let notified = self.notify.notified();
+            let wait = {
+                let mut state = self.lock();
+                let now = Instant::now();
+                let next = state
+                    .pending
+                    .iter()
+                    .filter(|(k, _)| !state.in_flight.contains(*k))
+                    .min_by_key(|(_, p)| p.due)
+                    .map(|(k, p)| (k.clone(), p.due));
+                match next {
+                    Some((key, due)) if due <= now => {
+                        let pending = state.pending.remove(&key).expect("present");
+                        state.in_flight.insert(key.clone());
+                        return (key, pending);
+                    }
+                    Some((_, due)) => Some(due),
+                    None => None,
+                }
+            };
+            match wait {
+                Some(due) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(due) => {}
+                        _ = notified => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// The writer finished a workload (whatever the outcome).
+    pub fn done(&self, key: &WorkloadKey, reloaded: bool) {
+        let mut state = self.lock();
+        state.in_flight.remove(key);
+        if reloaded {
+            state.last_reload.insert(key.clone(), Instant::now());
+        }
+        // Cooldowns only matter for a while; keep the map from growing forever.
+        if state.last_reload.len() > 10_000 {
+            let horizon = self.cfg.min_interval;
+            state.last_reload.retain(|_, t| t.elapsed() < horizon);
+        }
+        drop(state);
+        self.notify.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{ResourceKind, WorkloadKind};
+
+    fn key(name: &str) -> WorkloadKey {
+        WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    fn r(name: &str) -> ResourceRef {
+        ResourceRef {
+            kind: ResourceKind::ConfigMap,
+            name: name.into(),
+        }
+    }
+
+    fn queue(debounce_ms: u64, max_ms: u64, min_ms: u64) -> Queue {
+        Queue::new(QueueConfig {
+            debounce: Duration::from_millis(debounce_ms),
+            debounce_max: Duration::from_millis(max_ms),
+            min_interval: Duration::from_millis(min_ms),
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_to_one_workload_coalesce() {
+        let q = queue(250, 2000, 0);
+        let t = Instant::now();
+        assert_eq!(q.push(key("a"), r("one"), Event::Update, t), Pushed::New);
+        assert_eq!(
+            q.push(key("a"), r("two"), Event::Update, t),
+            Pushed::Coalesced
+        );
+        assert_eq!(q.push(key("b"), r("one"), Event::Update, t), Pushed::New);
+        let (k, p) = q.next().await;
+        assert!(
+            Instant::now() >= t + Duration::from_millis(250),
+            "debounced"
+        );
+        let second = q.next().await;
+        let mut names = [k.name.clone(), second.0.name.clone()];
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
+        let a = if k.name == "a" { p } else { second.1 };
+        assert_eq!(a.changes.len(), 2);
+        assert_eq!(q.depth(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn debounce_is_bounded_by_the_maximum() {
+        let q = queue(250, 600, 0);
+        let t0 = Instant::now();
+        let q = std::sync::Arc::new(q);
+        let pusher = {
+            let q = q.clone();
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    q.push(key("a"), r("one"), Event::Update, Instant::now());
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        };
+        let _ = q.next().await;
+        let waited = Instant::now() - t0;
+        assert!(
+            waited >= Duration::from_millis(600) && waited < Duration::from_millis(700),
+            "{waited:?}"
+        );
+        pusher.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_flight_workloads_wait_and_cooldown_delays() {
+        let q = queue(0, 0, 1000);
+        q.push(key("a"), r("one"), Event::Update, Instant::now());
+        let (k, _) = q.next().await;
+        q.push(key("a"), r("one"), Event::Update, Instant::now());
+        // Still in flight: not handed out again until done.
+        assert!(tokio::time::timeout(Duration::from_millis(50), q.next())
+            .await
+            .is_err());
+        let t = Instant::now();
+        q.done(&k, true);
+        q.push(key("a"), r("two"), Event::Update, Instant::now());
+        let (_, p) = q.next().await;
+        assert!(
+            Instant::now() - t >= Duration::from_millis(1000),
+            "cooldown respected"
+        );
+        assert_eq!(
+            p.changes.len(),
+            2,
+            "changes inside the cooldown merge into one reload"
+        );
+    }
+}

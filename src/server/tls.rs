@@ -1,0 +1,166 @@
+//! The TLS accept loop for the admission webhook (rustls on ring, HTTP/1.1 and HTTP/2).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{anyhow, Context, Result};
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::service::TowerToHyperService;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::TlsVersion;
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_CONNECTIONS: usize = 1024;
+
+/// Loads a certificate chain and key, refusing a pair that does not belong together.
+pub fn load_pair(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("reading {}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("parsing {}", cert.display()))?;
+    if chain.is_empty() {
+        return Err(anyhow!("{} holds no certificate", cert.display()));
+    }
+    let key =
+        PrivateKeyDer::from_pem_file(key).with_context(|| format!("reading {}", key.display()))?;
+    let provider = rustls::crypto::ring::default_provider();
+    let certified = CertifiedKey::from_der(chain, key, &provider)
+        .context("certificate and key do not match")?;
+    Ok(Arc::new(certified))
+}
+
+/// Serves the current certificate and swaps in a new one when the files change (checked every 10 s;
+/// a pair that fails to load is ignored and the old one kept).
+#[derive(Debug)]
+pub struct ReloadingCert {
+    current: RwLock<Arc<CertifiedKey>>,
+    cert: PathBuf,
+    key: PathBuf,
+    stamp: RwLock<Option<(SystemTime, SystemTime)>>,
+}
+
+fn mtimes(cert: &Path, key: &Path) -> Option<(SystemTime, SystemTime)> {
+    Some((
+        std::fs::metadata(cert).ok()?.modified().ok()?,
+        std::fs::metadata(key).ok()?.modified().ok()?,
+    ))
+}
+
+impl ReloadingCert {
+    pub fn new(cert: &Path, key: &Path) -> Result<Arc<Self>> {
+        let pair = load_pair(cert, key)?;
+        Ok(Arc::new(Self {
+            current: RwLock::new(pair),
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            stamp: RwLock::new(mtimes(cert, key)),
+        }))
+    }
+
+    /// Reloads when the files changed; returns true when a new pair was installed.
+    pub fn refresh(&self) -> bool {
+        let now = mtimes(&self.cert, &self.key);
+        if now == *self.stamp.read().unwrap_or_else(|e| e.into_inner()) {
+            return false;
+        }
+        match load_pair(&self.cert, &self.key) {
+            Ok(pair) => {
+                *self.current.write().unwrap_or_else(|e| e.into_inner()) = pair;
+                *self.stamp.write().unwrap_or_else(|e| e.into_inner()) = now;
+                tracing::info!(cert = %self.cert.display(), "loaded a new webhook certificate");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "new webhook certificate refused; keeping the old one");
+                false
+            }
+        }
+    }
+}
+
+impl ResolvesServerCert for ReloadingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(
+            self.current
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        )
+    }
+}
+
+pub fn server_config(cert: Arc<ReloadingCert>, min: TlsVersion) -> Result<rustls::ServerConfig> {
+    let versions: &[&rustls::SupportedProtocolVersion] = match min {
+        TlsVersion::Tls13 => &[&rustls::version::TLS13],
+        TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+    };
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(versions)?
+    .with_no_client_auth()
+    .with_cert_resolver(cert);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Accepts TLS connections until `shutdown`, then lets open connections finish (up to 10 s).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: rustls::ServerConfig,
+    router: Router,
+    shutdown: CancellationToken,
+) {
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let (stream, _peer) = tokio::select! {
+            conn = listener.accept() => match conn {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => break,
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            // Over the connection bound: close rather than queue, so the apiserver retries elsewhere.
+            drop(stream);
+            continue;
+        };
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(router.clone());
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => tls,
+                _ => return,
+            };
+            let mut builder = Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT);
+            let conn = builder
+                .serve_connection(TokioIo::new(tls), service)
+                .into_owned();
+            let _ = watcher.watch(conn).await;
+        });
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await;
+}

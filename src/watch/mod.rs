@@ -1,0 +1,352 @@
+//! Watch loops: ConfigMaps and Secrets (hash on arrival, object dropped), workloads (references
+//! extracted, object dropped) and, with `--namespace-selector`, Namespaces.
+//!
+//! Re-list bookkeeping: the first list of a watch never triggers anything; after a watch gap, a re-list
+//! triggers for changed hashes and treats anything missing from it as deleted.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::DynamicObject;
+use kube::runtime::watcher::{self, watcher, Event as WatchEvent};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::core::plan::{Event, PlanConfig};
+use crate::core::policy::ResourceFlags;
+use crate::core::refs::ResourceRef;
+use crate::core::{ResourceKind, WorkloadKind};
+use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
+use crate::metrics::{Metrics, WatchLabels};
+use crate::reload::queue::{Pushed, Queue};
+use crate::reload::writer::api_resource;
+use crate::scope::ScopeFilter;
+use crate::server::admin::Health;
+
+/// Counts watches that finished their first list; ready when all have.
+pub struct ReadyTracker {
+    expected: Mutex<HashSet<String>>,
+    health: Arc<Health>,
+    pub all_synced: Notify,
+}
+
+impl ReadyTracker {
+    pub fn new(health: Arc<Health>) -> Arc<Self> {
+        Arc::new(Self {
+            expected: Mutex::default(),
+            health,
+            all_synced: Notify::new(),
+        })
+    }
+
+    pub fn expect(&self, name: &str) {
+        self.expected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string());
+    }
+
+    fn synced(&self, name: &str) {
+        let mut expected = self.expected.lock().unwrap_or_else(|e| e.into_inner());
+        if expected.remove(name) && expected.is_empty() {
+            self.health.set_ready(true);
+            self.all_synced.notify_waiters();
+            self.all_synced.notify_one();
+        }
+    }
+}
+
+pub struct Ctx {
+    pub plan: PlanConfig,
+    pub index: Arc<Index>,
+    pub queue: Arc<Queue>,
+    pub metrics: Arc<Metrics>,
+    pub scope: Arc<ScopeFilter>,
+    pub ready: Arc<ReadyTracker>,
+}
+
+impl Ctx {
+    fn enqueue(
+        &self,
+        dependents: &[WorkloadKey],
+        kind: ResourceKind,
+        name: &str,
+        event: Event,
+        observed: Instant,
+    ) {
+        for w in dependents {
+            if !self.scope.namespace_in_scope(&w.namespace)
+                || self.plan.policy.ignored_workload_types.contains(&w.kind)
+            {
+                self.metrics.skip("ignored_or_not_selected");
+                continue;
+            }
+            let r = ResourceRef {
+                kind,
+                name: name.to_string(),
+            };
+            if self.queue.push(w.clone(), r, event, observed) == Pushed::Coalesced {
+                self.metrics.reloads_coalesced.inc();
+            }
+        }
+    }
+}
+
+fn flags_of<K: Resource>(plan: &PlanConfig, obj: &K) -> ResourceFlags {
+    ResourceFlags::from_annotations(&plan.policy.keys, obj.annotations())
+}
+
+/// Watches one kind of configuration resource. `hash` computes Reloader's hash of an object.
+pub async fn resources<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    kind: ResourceKind,
+    label: &'static str,
+    namespace: Option<String>,
+    hash: fn(&K) -> String,
+    ctx: Arc<Ctx>,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let watch_name = format!("{label}/{}", namespace.as_deref().unwrap_or("*"));
+    let mut stream = watcher(api, config).default_backoff().boxed();
+    let mut first_sync = true;
+    let mut seen: HashSet<ResourceKey> = HashSet::new();
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            Ok(e) => e,
+            Err(e) => {
+                ctx.metrics
+                    .watch_restarts
+                    .get_or_create(&WatchLabels {
+                        resource: label.into(),
+                    })
+                    .inc();
+                tracing::warn!(watch = %watch_name, error = %e, "watch failed; retrying with backoff");
+                continue;
+            }
+        };
+        match event {
+            WatchEvent::Init => seen.clear(),
+            WatchEvent::InitApply(obj) => {
+                let key =
+                    ResourceKey::new(kind, &obj.namespace().unwrap_or_default(), &obj.name_any());
+                seen.insert(key.clone());
+                upsert(
+                    &ctx,
+                    key,
+                    hash(&obj),
+                    flags_of(&ctx.plan, &obj),
+                    !first_sync,
+                    label,
+                );
+            }
+            WatchEvent::InitDone => {
+                if !first_sync {
+                    for key in ctx.index.resource_keys(kind, namespace.as_deref()) {
+                        if !seen.contains(&key) {
+                            remove(&ctx, &key, label);
+                        }
+                    }
+                }
+                seen.clear();
+                if first_sync {
+                    first_sync = false;
+                    tracing::info!(watch = %watch_name, "synced");
+                    ctx.ready.synced(&watch_name);
+                }
+            }
+            WatchEvent::Apply(obj) => {
+                let key =
+                    ResourceKey::new(kind, &obj.namespace().unwrap_or_default(), &obj.name_any());
+                upsert(
+                    &ctx,
+                    key,
+                    hash(&obj),
+                    flags_of(&ctx.plan, &obj),
+                    true,
+                    label,
+                );
+            }
+            WatchEvent::Delete(obj) => {
+                let key =
+                    ResourceKey::new(kind, &obj.namespace().unwrap_or_default(), &obj.name_any());
+                remove(&ctx, &key, label);
+            }
+        }
+    }
+}
+
+fn upsert(
+    ctx: &Ctx,
+    key: ResourceKey,
+    hash: String,
+    flags: ResourceFlags,
+    trigger: bool,
+    label: &str,
+) {
+    let observed = Instant::now();
+    let update = ctx.index.update_resource(
+        &key,
+        ResourceEntry {
+            hash: hash.clone(),
+            flags,
+        },
+    );
+    if !trigger {
+        return;
+    }
+    let event = if update.previous.is_some() {
+        Event::Update
+    } else {
+        Event::Create
+    };
+    ctx.metrics.event(
+        if event == Event::Create {
+            "add"
+        } else {
+            "update"
+        },
+        label,
+    );
+    if update.previous.is_some_and(|p| p.hash == hash) {
+        // Labels, annotations or metadata only: nothing a pod sees has changed.
+        ctx.metrics.skip("no_data_change");
+        return;
+    }
+    if event == Event::Create && !ctx.plan.reload_on_create {
+        return;
+    }
+    ctx.enqueue(&update.dependents, key.kind, &key.name, event, observed);
+}
+
+fn remove(ctx: &Ctx, key: &ResourceKey, label: &str) {
+    let observed = Instant::now();
+    let update = ctx.index.remove_resource(key);
+    ctx.metrics.event("delete", label);
+    if ctx.plan.reload_on_delete {
+        ctx.enqueue(
+            &update.dependents,
+            key.kind,
+            &key.name,
+            Event::Delete,
+            observed,
+        );
+    }
+}
+
+/// Watches one workload kind, keeping only references, policy annotations and markers.
+pub async fn workloads(
+    client: Client,
+    kind: WorkloadKind,
+    namespace: Option<String>,
+    ctx: Arc<Ctx>,
+) {
+    let ar = api_resource(kind);
+    let api: Api<DynamicObject> = match &namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &ar),
+        None => Api::all_with(client, &ar),
+    };
+    let watch_name = format!("{}/{}", kind.name(), namespace.as_deref().unwrap_or("*"));
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut first_sync = true;
+    let mut seen: HashSet<WorkloadKey> = HashSet::new();
+    let key_of = |obj: &DynamicObject| WorkloadKey {
+        kind,
+        namespace: obj.namespace().unwrap_or_default(),
+        name: obj.name_any(),
+    };
+    let apply = |obj: &DynamicObject| match serde_json::to_value(obj) {
+        Ok(value) => ctx.index.apply_workload(
+            key_of(obj),
+            WorkloadEntry::from_object(&ctx.plan, &value, kind),
+        ),
+        Err(e) => tracing::warn!(error = %e, "workload does not serialise; skipped"),
+    };
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            Ok(e) => e,
+            Err(e) => {
+                ctx.metrics
+                    .watch_restarts
+                    .get_or_create(&WatchLabels {
+                        resource: kind.name().to_ascii_lowercase(),
+                    })
+                    .inc();
+                tracing::warn!(watch = %watch_name, error = %e, "watch failed; retrying with backoff");
+                continue;
+            }
+        };
+        match event {
+            WatchEvent::Init => seen.clear(),
+            WatchEvent::InitApply(obj) => {
+                seen.insert(key_of(&obj));
+                apply(&obj);
+            }
+            WatchEvent::InitDone => {
+                if !first_sync {
+                    for key in ctx.index.workload_keys(kind, namespace.as_deref()) {
+                        if !seen.contains(&key) {
+                            ctx.index.delete_workload(&key);
+                        }
+                    }
+                }
+                seen.clear();
+                if first_sync {
+                    first_sync = false;
+                    tracing::info!(watch = %watch_name, "synced");
+                    ctx.ready.synced(&watch_name);
+                }
+            }
+            WatchEvent::Apply(obj) => apply(&obj),
+            WatchEvent::Delete(obj) => ctx.index.delete_workload(&key_of(&obj)),
+        }
+    }
+}
+
+/// Keeps the namespace selector's matching set current, so namespaces that start or stop matching take
+/// effect without a restart.
+pub async fn namespaces(client: Client, ctx: Arc<Ctx>) {
+    let api: Api<Namespace> = Api::all(client);
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut first_sync = true;
+    let labels = |ns: &Namespace| {
+        ns.labels()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(WatchEvent::Apply(ns)) | Ok(WatchEvent::InitApply(ns)) => {
+                ctx.metrics.event("update", "namespaces");
+                ctx.scope.observe_namespace(&ns.name_any(), &labels(&ns));
+            }
+            Ok(WatchEvent::Delete(ns)) => ctx.scope.forget_namespace(&ns.name_any()),
+            Ok(WatchEvent::InitDone) if first_sync => {
+                first_sync = false;
+                ctx.ready.synced("namespaces");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                ctx.metrics
+                    .watch_restarts
+                    .get_or_create(&WatchLabels {
+                        resource: "namespaces".into(),
+                    })
+                    .inc();
+                tracing::warn!(error = %e, "namespace watch failed; retrying with backoff");
+            }
+        }
+    }
+}
