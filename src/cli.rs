@@ -22,7 +22,7 @@ pub const VERSION: &str = concat!(
 );
 
 #[derive(Debug, Parser)]
-#[command(name = "rekindle", version = VERSION, about = "Restarts workloads when the ConfigMaps, Secrets or SecretProviderClasses they use change.\n\nWithout a subcommand rekindle runs the server: the admission webhook and the watch loop.", args_conflicts_with_subcommands = true)]
+#[command(name = "rekindle", version = VERSION, about = "Restarts workloads when the ConfigMaps, Secrets or SecretProviderClasses they use change.\n\nWithout a subcommand rekindle runs the server: the admission webhook and the watch loop.", args_conflicts_with_subcommands = true, args_override_self = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -745,6 +745,17 @@ mod tests {
         assert!(w[0].contains("--ignored-workload-types"));
         assert!(w.iter().any(|m| m.contains("--log-format")));
         assert!(w.iter().any(|m| m.contains("--log-level")));
+    }
+
+    #[test]
+    fn a_repeated_value_flag_takes_the_last_value() {
+        let (c, _) = parse(&[
+            "--reload-strategy=annotations",
+            "--reload-strategy",
+            "env-vars",
+        ])
+        .unwrap();
+        assert_eq!(c.plan.strategy, Strategy::EnvVars);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Helpers for rekindle's end-to-end tests against the real control plane started by
 //! `e2e/scripts/cluster.sh up` (`just cluster-up`).
 
+pub mod rekindle;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -1,0 +1,289 @@
+//! Starting and stopping rekindle processes for tests, each scoped to the test's namespaces with a
+//! webhook registration of its own (E2E.md "Isolation").
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+use crate::{rekindle_binary, state_dir, wait_for};
+
+pub struct Options<'a> {
+    /// Serve the webhook (otherwise the registration points at a port nobody listens on).
+    pub webhook: bool,
+    pub args: &'a [&'a str],
+    /// Kubeconfig rekindle uses (default: its own identity, `target/e2e/rekindle.kubeconfig`).
+    pub kubeconfig: Option<PathBuf>,
+    /// Wait for /ready and for the webhook to answer.
+    pub wait_ready: bool,
+}
+
+impl Default for Options<'_> {
+    fn default() -> Self {
+        Self {
+            webhook: true,
+            args: &[],
+            kubeconfig: None,
+            wait_ready: true,
+        }
+    }
+}
+
+pub struct Rekindle {
+    child: Option<Child>,
+    pub admin_port: u16,
+    pub webhook_port: u16,
+    pub registration: String,
+    pub log: PathBuf,
+    client: Client,
+    namespaces: Vec<String>,
+    options_args: Vec<String>,
+    webhook: bool,
+    kubeconfig: PathBuf,
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// A plain HTTP GET on 127.0.0.1: status code and body.
+pub async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = Vec::new();
+    stream.read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow!("bad HTTP response: {text}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+impl Rekindle {
+    pub async fn start(client: &Client, namespaces: &[&str], options: Options<'_>) -> Result<Self> {
+        let registration = format!(
+            "rekindle-e2e-{}",
+            namespaces.first().ok_or_else(|| anyhow!("no namespace"))?
+        );
+        let mut r = Self {
+            child: None,
+            admin_port: free_port()?,
+            webhook_port: free_port()?,
+            log: state_dir().join("logs").join(format!("{registration}.log")),
+            registration,
+            client: client.clone(),
+            namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+            options_args: options.args.iter().map(|s| s.to_string()).collect(),
+            webhook: options.webhook,
+            kubeconfig: options
+                .kubeconfig
+                .unwrap_or_else(|| state_dir().join("rekindle.kubeconfig")),
+        };
+        r.register().await?;
+        r.spawn().await?;
+        if options.wait_ready {
+            r.wait_ready().await?;
+        }
+        Ok(r)
+    }
+
+    async fn register(&self) -> Result<()> {
+        let ca = std::fs::read(state_dir().join("pki/ca.crt"))?;
+        use base64::Engine as _;
+        let config: MutatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": self.registration},
+            "webhooks": [{
+                "name": "workloads.rekindle.io",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "NoneOnDryRun",
+                "failurePolicy": "Ignore",
+                "timeoutSeconds": 2,
+                "matchPolicy": "Equivalent",
+                "reinvocationPolicy": "IfNeeded",
+                "clientConfig": {"url": format!("https://127.0.0.1:{}/mutate", self.webhook_port), "caBundle": base64::engine::general_purpose::STANDARD.encode(ca)},
+                "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": self.namespaces}]},
+                "rules": [
+                    {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["deployments", "statefulsets", "daemonsets"], "scope": "Namespaced"},
+                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["cronjobs", "jobs"], "scope": "Namespaced"}
+                ]
+            }]
+        }))?;
+        let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+        let _ = api
+            .delete(&self.registration, &DeleteParams::default())
+            .await;
+        api.create(&PostParams::default(), &config)
+            .await
+            .context("registering the webhook")?;
+        Ok(())
+    }
+
+    async fn spawn(&mut self) -> Result<()> {
+        let pki = state_dir().join("pki");
+        std::fs::create_dir_all(self.log.parent().unwrap_or(&state_dir()))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let mut cmd = Command::new(rekindle_binary()?);
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg(format!("--namespaces={}", self.namespaces.join(",")))
+            .arg(format!("--admin-addr=127.0.0.1:{}", self.admin_port))
+            .arg(format!("--webhook-addr=127.0.0.1:{}", self.webhook_port))
+            .arg("--reload-debounce=250ms");
+        if self.webhook {
+            cmd.arg("--tls-cert-file")
+                .arg(pki.join("webhook.crt"))
+                .arg("--tls-key-file")
+                .arg(pki.join("webhook.key"));
+        }
+        cmd.args(&self.options_args)
+            .env_remove("KUBECONFIG")
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        self.child = Some(cmd.spawn().context("starting rekindle")?);
+        Ok(())
+    }
+
+    /// Waits for /ready, then (with the webhook on) for the apiserver to reach the webhook.
+    pub async fn wait_ready(&self) -> Result<()> {
+        let port = self.admin_port;
+        wait_for("rekindle /ready to answer 200", Duration::from_secs(30), || async move {
+            Ok(matches!(http_get(port, "/ready").await, Ok((200, _))).then_some(()))
+        })
+        .await
+        .with_context(|| format!("see {}", self.log.display()))?;
+        if !self.webhook {
+            return Ok(());
+        }
+        // A dry-run create shows the mutation once the apiserver reaches the webhook; it leaves no trace.
+        let ns = &self.namespaces[0];
+        let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
+        if cms.get_opt("rekindle-probe").await?.is_none() {
+            let cm: ConfigMap = serde_json::from_value(
+                json!({"metadata": {"name": "rekindle-probe"}, "data": {"probe": "1"}}),
+            )?;
+            cms.create(&PostParams::default(), &cm).await?;
+        }
+        let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
+        let probe: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "rekindle-probe", "annotations": {"reloader.stakater.com/auto": "true"}},
+            "spec": {"selector": {"matchLabels": {"app": "probe"}}, "template": {"metadata": {"labels": {"app": "probe"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox", "envFrom": [{"configMapRef": {"name": "rekindle-probe"}}]}]}}}
+        }))?;
+        let dry = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        wait_for(
+            "the apiserver to reach rekindle's webhook (dry-run mutation)",
+            Duration::from_secs(30),
+            || async {
+                let d = deployments.create(&dry, &probe).await?;
+                let env = serde_json::to_value(&d)?;
+                let env_stamped = env
+                    .pointer("/spec/template/spec/containers/0/env/0/name")
+                    .and_then(|v| v.as_str())
+                    == Some("STAKATER_REKINDLE_PROBE_CONFIGMAP");
+                let annotation_stamped = env
+                    .pointer("/spec/template/metadata/annotations/rekindle.io~1config-hashes")
+                    .is_some();
+                let stamped = env_stamped || annotation_stamped;
+                Ok(stamped.then_some(()))
+            },
+        )
+        .await
+    }
+
+    pub async fn metrics(&self) -> Result<String> {
+        let (status, body) = http_get(self.admin_port, "/metrics").await?;
+        if status != 200 {
+            bail!("/metrics answered {status}");
+        }
+        Ok(body)
+    }
+
+    /// The value of one metric sample (exact series text), 0 when absent.
+    pub async fn metric(&self, series: &str) -> Result<f64> {
+        let body = self.metrics().await?;
+        Ok(body
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(series)
+                    .and_then(|rest| rest.trim().parse().ok())
+            })
+            .unwrap_or(0.0))
+    }
+
+    /// SIGTERM and wait; the process must exit 0.
+    pub async fn terminate(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            if let Some(pid) = child.id() {
+                send_signal(pid, "TERM");
+            }
+            let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+                .await
+                .context("rekindle did not exit after SIGTERM")??;
+            if !status.success() {
+                bail!(
+                    "rekindle exited with {status} after SIGTERM; see {}",
+                    self.log.display()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn kill(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await?;
+        }
+        Ok(())
+    }
+
+    /// Starts the process again with the same flags and ports.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.spawn().await?;
+        self.wait_ready().await
+    }
+
+    /// Stops rekindle and removes its webhook registration.
+    pub async fn stop(mut self) -> Result<()> {
+        self.terminate().await?;
+        let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+        let _ = api
+            .delete(&self.registration, &DeleteParams::default())
+            .await;
+        Ok(())
+    }
+}
+
+/// Sends a signal by name with the system's `kill`, without FFI.
+fn send_signal(pid: u32, signal: &str) {
+    let _ = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status();
+}

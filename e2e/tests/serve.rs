@@ -1,0 +1,658 @@
+//! rekindle serve against the real apiserver: admission stamping, the watch, the writer (SPEC §5–§10).
+//! Every test runs its own rekindle scoped to its own namespace.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use e2e::rekindle::{Options, Rekindle};
+use e2e::{admin_client, apply_yaml, replica_sets, wait_for, TestNamespace};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use rekindle::core::hash::{configmap_hash_typed, secret_hash_typed};
+use serde_json::{json, Value};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long "nothing else happens" is watched for.
+const QUIET: Duration = Duration::from_secs(3);
+
+async fn setup(prefix: &str) -> Result<(Client, TestNamespace)> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, prefix).await?;
+    Ok((client, ns))
+}
+
+async fn cm_hash(client: &Client, ns: &str, name: &str) -> Result<String> {
+    Ok(configmap_hash_typed(
+        &Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .get(name)
+            .await?,
+    ))
+}
+
+async fn secret_hash(client: &Client, ns: &str, name: &str) -> Result<String> {
+    Ok(secret_hash_typed(
+        &Api::<Secret>::namespaced(client.clone(), ns)
+            .get(name)
+            .await?,
+    ))
+}
+
+async fn workload_json(
+    client: &Client,
+    ns: &str,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+) -> Result<Value> {
+    let api = e2e::dynamic_api(client, api_version, kind, Some(ns)).await?;
+    e2e::get_json(&api, name).await
+}
+
+fn env_of(obj: &Value, container: usize, name: &str) -> Option<String> {
+    obj.pointer(&format!("/spec/template/spec/containers/{container}/env"))?
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)
+        .and_then(|e| e["value"].as_str())
+        .map(String::from)
+}
+
+async fn deployment_env(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    container: usize,
+    env: &str,
+) -> Result<Option<String>> {
+    Ok(env_of(
+        &workload_json(client, ns, "apps/v1", "Deployment", name).await?,
+        container,
+        env,
+    ))
+}
+
+async fn rs_count(client: &Client, ns: &str, name: &str) -> Result<usize> {
+    Ok(replica_sets(client, ns, name).await?.len())
+}
+
+/// Waits until the Deployment has exactly `n` ReplicaSets, then checks that no more appear.
+async fn expect_replica_sets(client: &Client, ns: &str, name: &str, n: usize) -> Result<()> {
+    wait_for(
+        &format!("{name} to have {n} ReplicaSet(s)"),
+        TIMEOUT,
+        || async { Ok((rs_count(client, ns, name).await? == n).then_some(())) },
+    )
+    .await?;
+    tokio::time::sleep(QUIET).await;
+    let now = rs_count(client, ns, name).await?;
+    assert_eq!(
+        now, n,
+        "{name}: expected exactly {n} ReplicaSet(s), found {now}"
+    );
+    Ok(())
+}
+
+async fn patch_cm(client: &Client, ns: &str, name: &str, patch: Value) -> Result<()> {
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+fn deployment(name: &str, annotations: Value, pod_spec: Value) -> String {
+    serde_json::to_string(&json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec}}
+    }))
+    .expect("json")
+}
+
+const CM: &str =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-config}\ndata: {greeting: hello}\n";
+const SECRET: &str =
+    "apiVersion: v1\nkind: Secret\nmetadata: {name: app-secret}\nstringData: {password: initial}\n";
+
+#[tokio::test]
+async fn auto_configmap_is_stamped_and_a_data_change_rolls_exactly_once() -> Result<()> {
+    let (client, ns) = setup("e2e-auto").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    apply_yaml(&client, Some(&ns.name), &deployment("web", json!({"reloader.stakater.com/auto": "true"}),
+        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}))).await?;
+    let h1 = cm_hash(&client, &ns.name, "app-config").await?;
+    assert_eq!(
+        deployment_env(&client, &ns.name, "web", 0, "STAKATER_APP_CONFIG_CONFIGMAP").await?,
+        Some(h1.clone()),
+        "stamped at admission"
+    );
+    expect_replica_sets(&client, &ns.name, "web", 1).await?;
+
+    // Labels and annotations only: no reload.
+    patch_cm(
+        &client,
+        &ns.name,
+        "app-config",
+        json!({"metadata": {"labels": {"x": "y"}, "annotations": {"a": "b"}}}),
+    )
+    .await?;
+    expect_replica_sets(&client, &ns.name, "web", 1).await?;
+
+    patch_cm(
+        &client,
+        &ns.name,
+        "app-config",
+        json!({"data": {"greeting": "hi"}}),
+    )
+    .await?;
+    let h2 = cm_hash(&client, &ns.name, "app-config").await?;
+    assert_ne!(h1, h2);
+    expect_replica_sets(&client, &ns.name, "web", 2).await?;
+    assert_eq!(
+        deployment_env(&client, &ns.name, "web", 0, "STAKATER_APP_CONFIG_CONFIGMAP").await?,
+        Some(h2)
+    );
+    assert_eq!(
+        rk.metric("reloader_reload_executed_total{success=\"true\"}")
+            .await?,
+        1.0
+    );
+
+    let events = Api::<Event>::namespaced(client.clone(), &ns.name)
+        .list(&ListParams::default().fields("reason=Reloaded"))
+        .await?;
+    assert_eq!(events.items.len(), 1, "one Reloaded event");
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn secret_projected_volume_value_from_and_init_container() -> Result<()> {
+    let (client, ns) = setup("e2e-refs").await?;
+    apply_yaml(&client, Some(&ns.name), &format!("{SECRET}---\n{CM}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: init-config}}\ndata: {{a: '1'}}\n")).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    apply_yaml(&client, Some(&ns.name), &deployment("web", json!({"reloader.stakater.com/auto": "true"}), json!({
+        "initContainers": [{"name": "init", "image": "busybox", "envFrom": [{"configMapRef": {"name": "init-config"}}]}],
+        "containers": [
+            {"name": "main", "image": "busybox", "env": [{"name": "G", "valueFrom": {"configMapKeyRef": {"name": "app-config", "key": "greeting"}}}]},
+            {"name": "side", "image": "busybox", "volumeMounts": [{"name": "s", "mountPath": "/s"}]}],
+        "volumes": [{"name": "s", "projected": {"sources": [{"secret": {"name": "app-secret"}}]}}]
+    }))).await?;
+    let d = workload_json(&client, &ns.name, "apps/v1", "Deployment", "web").await?;
+    assert_eq!(
+        env_of(&d, 1, "STAKATER_APP_SECRET_SECRET"),
+        Some(secret_hash(&client, &ns.name, "app-secret").await?)
+    );
+    assert_eq!(
+        env_of(&d, 0, "STAKATER_APP_CONFIG_CONFIGMAP"),
+        Some(cm_hash(&client, &ns.name, "app-config").await?)
+    );
+    // An init container's resource goes to containers[0].
+    assert_eq!(
+        env_of(&d, 0, "STAKATER_INIT_CONFIG_CONFIGMAP"),
+        Some(cm_hash(&client, &ns.name, "init-config").await?)
+    );
+
+    Api::<Secret>::namespaced(client.clone(), &ns.name)
+        .patch(
+            "app-secret",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"stringData": {"password": "rotated"}})),
+        )
+        .await?;
+    expect_replica_sets(&client, &ns.name, "web", 2).await?;
+    assert_eq!(
+        deployment_env(&client, &ns.name, "web", 1, "STAKATER_APP_SECRET_SECRET").await?,
+        Some(secret_hash(&client, &ns.name, "app-secret").await?)
+    );
+    patch_cm(
+        &client,
+        &ns.name,
+        "init-config",
+        json!({"data": {"a": "2"}}),
+    )
+    .await?;
+    expect_replica_sets(&client, &ns.name, "web", 3).await?;
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn statefulset_and_daemonset_reload() -> Result<()> {
+    let (client, ns) = setup("e2e-kinds").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    let pod = json!({"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}});
+    for kind in ["StatefulSet", "DaemonSet"] {
+        let mut spec = json!({"selector": {"matchLabels": {"app": "x"}}, "template": pod});
+        if kind == "StatefulSet" {
+            spec["serviceName"] = json!("x");
+        }
+        let obj = json!({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": kind.to_lowercase(), "annotations": {"configmap.reloader.stakater.com/auto": "true"}}, "spec": spec});
+        e2e::apply_value(&client, Some(&ns.name), obj).await?;
+    }
+    let h1 = cm_hash(&client, &ns.name, "app-config").await?;
+    for kind in ["StatefulSet", "DaemonSet"] {
+        let obj = workload_json(&client, &ns.name, "apps/v1", kind, &kind.to_lowercase()).await?;
+        assert_eq!(
+            env_of(&obj, 0, "STAKATER_APP_CONFIG_CONFIGMAP"),
+            Some(h1.clone()),
+            "{kind} stamped"
+        );
+    }
+    patch_cm(
+        &client,
+        &ns.name,
+        "app-config",
+        json!({"data": {"greeting": "changed"}}),
+    )
+    .await?;
+    let h2 = cm_hash(&client, &ns.name, "app-config").await?;
+    for kind in ["StatefulSet", "DaemonSet"] {
+        wait_for(
+            &format!("{kind} to carry the new hash"),
+            TIMEOUT,
+            || async {
+                let obj =
+                    workload_json(&client, &ns.name, "apps/v1", kind, &kind.to_lowercase()).await?;
+                Ok(
+                    (env_of(&obj, 0, "STAKATER_APP_CONFIG_CONFIGMAP") == Some(h2.clone()))
+                        .then_some(()),
+                )
+            },
+        )
+        .await?;
+    }
+    wait_for("two reloads counted", TIMEOUT, || async {
+        Ok((rk
+            .metric("reloader_reload_executed_total{success=\"true\"}")
+            .await?
+            == 2.0)
+            .then_some(()))
+    })
+    .await?;
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn named_regex_exclude_search_match_and_ignore() -> Result<()> {
+    let (client, ns) = setup("e2e-policy").await?;
+    apply_yaml(
+        &client,
+        Some(&ns.name),
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: named-1}
+data: {a: '1'}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: excluded}
+data: {a: '1'}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: matched, annotations: {reloader.stakater.com/match: "true"}}
+data: {a: '1'}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: ignored, annotations: {reloader.stakater.com/ignore: "true"}}
+data: {a: '1'}
+"#,
+    )
+    .await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    let env_from = |names: &[&str]| {
+        json!(names
+            .iter()
+            .map(|n| json!({"configMapRef": {"name": n}}))
+            .collect::<Vec<_>>())
+    };
+    // Named by a regex, not referenced at all.
+    apply_yaml(
+        &client,
+        Some(&ns.name),
+        &deployment(
+            "named",
+            json!({"configmap.reloader.stakater.com/reload": "named-.*"}),
+            json!({"containers": [{"name": "app", "image": "busybox"}]}),
+        ),
+    )
+    .await?;
+    apply_yaml(&client, Some(&ns.name), &deployment("exclude", json!({"reloader.stakater.com/auto": "true", "configmaps.exclude.reloader.stakater.com/reload": "excluded"}),
+        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": env_from(&["excluded", "ignored"])}]}))).await?;
+    apply_yaml(&client, Some(&ns.name), &deployment("search", json!({"reloader.stakater.com/search": "true"}),
+        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": env_from(&["matched", "named-1"])}]}))).await?;
+
+    // Named: the first reload adds the marker on containers[0].
+    patch_cm(&client, &ns.name, "named-1", json!({"data": {"a": "2"}})).await?;
+    expect_replica_sets(&client, &ns.name, "named", 2).await?;
+    assert_eq!(
+        deployment_env(&client, &ns.name, "named", 0, "STAKATER_NAMED_1_CONFIGMAP").await?,
+        Some(cm_hash(&client, &ns.name, "named-1").await?)
+    );
+    // search without match: named-1 changed but search does not reload for it.
+    expect_replica_sets(&client, &ns.name, "search", 1).await?;
+    // Excluded and ignored never trigger.
+    patch_cm(&client, &ns.name, "excluded", json!({"data": {"a": "2"}})).await?;
+    patch_cm(&client, &ns.name, "ignored", json!({"data": {"a": "2"}})).await?;
+    expect_replica_sets(&client, &ns.name, "exclude", 1).await?;
+    // Search + match.
+    patch_cm(&client, &ns.name, "matched", json!({"data": {"a": "2"}})).await?;
+    expect_replica_sets(&client, &ns.name, "search", 2).await?;
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn annotations_strategy_records_config_hashes() -> Result<()> {
+    let (client, ns) = setup("e2e-annot").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--reload-strategy=annotations"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_yaml(&client, Some(&ns.name), &deployment("web", json!({"reloader.stakater.com/auto": "true"}),
+        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}))).await?;
+    let hashes = |d: &Value| {
+        d.pointer("/spec/template/metadata/annotations/rekindle.io~1config-hashes")
+            .and_then(Value::as_str)
+            .map(String::from)
+    };
+    let h1 = cm_hash(&client, &ns.name, "app-config").await?;
+    let d = workload_json(&client, &ns.name, "apps/v1", "Deployment", "web").await?;
+    assert_eq!(
+        hashes(&d),
+        Some(format!(r#"{{"configmap/app-config":"{h1}"}}"#))
+    );
+    patch_cm(
+        &client,
+        &ns.name,
+        "app-config",
+        json!({"data": {"greeting": "x"}}),
+    )
+    .await?;
+    expect_replica_sets(&client, &ns.name, "web", 2).await?;
+    let h2 = cm_hash(&client, &ns.name, "app-config").await?;
+    let d = workload_json(&client, &ns.name, "apps/v1", "Deployment", "web").await?;
+    assert_eq!(
+        hashes(&d),
+        Some(format!(r#"{{"configmap/app-config":"{h2}"}}"#))
+    );
+    let lrf: Value = serde_json::from_str(
+        d.pointer("/spec/template/metadata/annotations/reloader.stakater.com~1last-reloaded-from")
+            .and_then(Value::as_str)
+            .unwrap_or("{}"),
+    )?;
+    assert_eq!(lrf["hash"], h2);
+    assert_eq!(lrf["type"], "CONFIGMAP");
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn a_configmap_and_a_secret_changed_together_give_one_rollout() -> Result<()> {
+    let (client, ns) = setup("e2e-coalesce").await?;
+    apply_yaml(&client, Some(&ns.name), &format!("{CM}---\n{SECRET}")).await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--reload-debounce=1s"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_yaml(&client, Some(&ns.name), &deployment("web", json!({"reloader.stakater.com/auto": "true"}),
+        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}, {"secretRef": {"name": "app-secret"}}]}]}))).await?;
+    patch_cm(
+        &client,
+        &ns.name,
+        "app-config",
+        json!({"data": {"greeting": "both"}}),
+    )
+    .await?;
+    Api::<Secret>::namespaced(client.clone(), &ns.name)
+        .patch(
+            "app-secret",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"stringData": {"password": "both"}})),
+        )
+        .await?;
+    expect_replica_sets(&client, &ns.name, "web", 2).await?;
+    let d = workload_json(&client, &ns.name, "apps/v1", "Deployment", "web").await?;
+    assert_eq!(
+        env_of(&d, 0, "STAKATER_APP_CONFIG_CONFIGMAP"),
+        Some(cm_hash(&client, &ns.name, "app-config").await?)
+    );
+    assert_eq!(
+        env_of(&d, 0, "STAKATER_APP_SECRET_SECRET"),
+        Some(secret_hash(&client, &ns.name, "app-secret").await?)
+    );
+    assert_eq!(
+        rk.metric("reloader_reload_executed_total{success=\"true\"}")
+            .await?,
+        1.0
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn replacing_with_the_original_manifest_keeps_the_marker() -> Result<()> {
+    let (client, ns) = setup("e2e-replace").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    let manifest: Deployment = serde_json::from_str(&deployment(
+        "web",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}),
+    ))?;
+    let api: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &manifest).await?;
+    expect_replica_sets(&client, &ns.name, "web", 1).await?;
+    let h1 = cm_hash(&client, &ns.name, "app-config").await?;
+    // PUT the original manifest (no marker), as `kubectl replace` does.
+    let mut again = manifest.clone();
+    again.metadata.resource_version = api.get("web").await?.metadata.resource_version;
+    api.replace("web", &PostParams::default(), &again).await?;
+    assert_eq!(
+        deployment_env(&client, &ns.name, "web", 0, "STAKATER_APP_CONFIG_CONFIGMAP").await?,
+        Some(h1)
+    );
+    expect_replica_sets(&client, &ns.name, "web", 1).await?;
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn changes_while_stopped_are_caught_up_exactly_once() -> Result<()> {
+    let (client, ns) = setup("e2e-catchup").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    apply_yaml(&client, Some(&ns.name), &deployment("web", json!({"reloader.stakater.com/auto": "true"}),
+        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}))).await?;
+    apply_yaml(&client, Some(&ns.name), &deployment("other", json!({"reloader.stakater.com/auto": "true"}),
+        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "rekindle-probe"}}]}]}))).await?;
+    expect_replica_sets(&client, &ns.name, "web", 1).await?;
+    rk.terminate().await?;
+    patch_cm(
+        &client,
+        &ns.name,
+        "app-config",
+        json!({"data": {"greeting": "while-down"}}),
+    )
+    .await?;
+    rk.restart().await?;
+    expect_replica_sets(&client, &ns.name, "web", 2).await?;
+    assert_eq!(
+        deployment_env(&client, &ns.name, "web", 0, "STAKATER_APP_CONFIG_CONFIGMAP").await?,
+        Some(cm_hash(&client, &ns.name, "app-config").await?)
+    );
+    // Nothing changed for `other`: it does not roll. And a second restart with nothing changed rolls nothing.
+    expect_replica_sets(&client, &ns.name, "other", 1).await?;
+    rk.terminate().await?;
+    rk.restart().await?;
+    expect_replica_sets(&client, &ns.name, "web", 2).await?;
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn with_the_webhook_down_workloads_are_created_and_still_reloaded() -> Result<()> {
+    let (client, ns) = setup("e2e-nowebhook").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            webhook: false,
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_yaml(&client, Some(&ns.name), &deployment("web", json!({"reloader.stakater.com/auto": "true"}),
+        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}))).await?;
+    assert_eq!(
+        deployment_env(&client, &ns.name, "web", 0, "STAKATER_APP_CONFIG_CONFIGMAP").await?,
+        None,
+        "nothing stamped"
+    );
+    expect_replica_sets(&client, &ns.name, "web", 1).await?;
+    patch_cm(
+        &client,
+        &ns.name,
+        "app-config",
+        json!({"data": {"greeting": "x"}}),
+    )
+    .await?;
+    expect_replica_sets(&client, &ns.name, "web", 2).await?;
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn invalid_regex_gives_a_warning_event_and_the_rest_works() -> Result<()> {
+    let (client, ns) = setup("e2e-invalid").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    apply_yaml(
+        &client,
+        Some(&ns.name),
+        &deployment(
+            "web",
+            json!({"configmap.reloader.stakater.com/reload": "([, app-config"}),
+            json!({"containers": [{"name": "app", "image": "busybox"}]}),
+        ),
+    )
+    .await?;
+    patch_cm(
+        &client,
+        &ns.name,
+        "app-config",
+        json!({"data": {"greeting": "x"}}),
+    )
+    .await?;
+    expect_replica_sets(&client, &ns.name, "web", 2).await?;
+    let events = Api::<Event>::namespaced(client.clone(), &ns.name);
+    wait_for("a Warning InvalidAnnotation event", TIMEOUT, || async {
+        let list = events
+            .list(&ListParams::default().fields("reason=InvalidAnnotation"))
+            .await?;
+        Ok(list
+            .items
+            .into_iter()
+            .find(|e| e.type_.as_deref() == Some("Warning")))
+    })
+    .await?;
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn a_dry_run_leaves_no_trace_in_the_index() -> Result<()> {
+    let (client, ns) = setup("e2e-dryrun").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    let d: Deployment = serde_json::from_str(&deployment(
+        "ghost",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}),
+    ))?;
+    let created = Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &d,
+        )
+        .await?;
+    assert!(
+        serde_json::to_string(&created)?.contains("STAKATER_APP_CONFIG_CONFIGMAP"),
+        "the dry-run shows the stamp"
+    );
+    // The gauges refresh every 5 s.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        rk.metric("rekindle_index_provisional_workloads").await?,
+        0.0
+    );
+    assert!(
+        rk.metric("rekindle_admission_requests_total{operation=\"create\",result=\"patched\"}")
+            .await?
+            >= 1.0
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn ready_is_503_until_the_watches_sync() -> Result<()> {
+    let (client, ns) = setup("e2e-ready").await?;
+    // An identity without rights: the watches can never list, so rekindle never becomes ready.
+    let pki = e2e::state_dir().join("pki");
+    let status = std::process::Command::new(e2e::root().join("target/debug/certs-gen"))
+        .args(["client", "--out"])
+        .arg(&pki)
+        .args(["--name", "nobody", "--cn", "nobody"])
+        .status()?;
+    assert!(status.success());
+    let kc = std::fs::read_to_string(e2e::state_dir().join("rekindle.kubeconfig"))?
+        .replace("rekindle.crt", "nobody.crt")
+        .replace("rekindle.key", "nobody.key");
+    let path = e2e::state_dir().join(format!("nobody-{}.kubeconfig", ns.name));
+    std::fs::write(&path, kc)?;
+    let mut rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            kubeconfig: Some(path),
+            wait_ready: false,
+            webhook: false,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let port = rk.admin_port;
+    wait_for("/live to answer", TIMEOUT, || async move {
+        Ok(matches!(e2e::rekindle::http_get(port, "/live").await, Ok((200, _))).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(e2e::rekindle::http_get(port, "/ready").await?.0, 503);
+    rk.terminate().await?;
+    rk.stop().await?;
+    ns.cleanup().await
+}
