@@ -45,3 +45,15 @@ cluster-status:
 # Criterion micro-benchmarks.
 bench:
     cargo bench --bench core
+
+# Run rekindle in the foreground against the local control plane (extra FLAGS are passed on).
+serve-local *FLAGS: cluster-up
+    e2e/scripts/serve-local.sh {{FLAGS}}
+
+# Control plane, rekindle and a Deployment that reloads when its ConfigMap changes.
+demo:
+    e2e/scripts/demo.sh
+
+# Stop the demo's rekindle (the control plane keeps running).
+demo-stop:
+    -kill $(cat target/e2e/pids/rekindle-demo.pid) && rm -f target/e2e/pids/rekindle-demo.pid

@@ -159,6 +159,13 @@ NODE
 }
 
 down_processes() {
+  # Anything else started under this state (the demo's rekindle) goes first.
+  for f in "$PIDS"/*.pid; do
+    [ -e "$f" ] || continue
+    case "$(basename "$f" .pid)" in etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kwok) continue ;; esac
+    kill "$(cat "$f")" 2>/dev/null || true
+    rm -f "$f"
+  done
   for c in $(echo "$COMPONENTS" | tr ' ' '\n' | tac); do
     if running "$c"; then
       kill "$(cat "$PIDS/$c.pid")" 2>/dev/null || true
