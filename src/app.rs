@@ -103,11 +103,24 @@ async fn run(config: Config) -> Result<()> {
         min_interval: config.min_reload_interval,
     }));
     let ready = ReadyTracker::new(health.clone());
-    let kinds = vec![
+    // Built-in kinds are always served; Argo Rollouts (when enabled) and DeploymentConfigs are optional
+    // APIs whose watches start when the API appears.
+    let ignored = &config.plan.policy.ignored_workload_types;
+    let builtin: Vec<WorkloadKind> = [
         WorkloadKind::Deployment,
         WorkloadKind::StatefulSet,
         WorkloadKind::DaemonSet,
-    ];
+        WorkloadKind::CronJob,
+        WorkloadKind::Job,
+    ]
+    .into_iter()
+    .filter(|k| !ignored.contains(k))
+    .collect();
+    let mut optional = vec![WorkloadKind::DeploymentConfig];
+    if config.argo_rollouts {
+        optional.push(WorkloadKind::Rollout);
+    }
+    let kinds: Vec<WorkloadKind> = builtin.iter().chain(optional.iter()).copied().collect();
     if config.enable_ha {
         tracing::warn!(
             "--enable-ha: leader election is not available in this build; run a single replica"
@@ -224,7 +237,15 @@ async fn run(config: Config) -> Result<()> {
                 ctx.clone(),
             )));
         }
-        for kind in &kinds {
+        for kind in &optional {
+            watches.push(tokio::spawn(watch::optional_workloads(
+                client.clone(),
+                *kind,
+                ns.clone(),
+                ctx.clone(),
+            )));
+        }
+        for kind in &builtin {
             ready.expect(&format!("{}/{star}", kind.name()));
             watches.push(tokio::spawn(watch::workloads(
                 client.clone(),

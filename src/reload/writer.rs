@@ -10,20 +10,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use json_patch::jsonptr::PointerBuf;
-use json_patch::{PatchOperation, TestOperation};
+use json_patch::{AddOperation, PatchOperation, TestOperation};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Api, Client};
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::queue::{Pending, Queue};
-use crate::core::patch;
+use crate::core::patch::{self, MarkerChange, Place};
 use crate::core::plan::{self, Action, Change, Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
 use crate::core::WorkloadKind;
@@ -61,6 +61,89 @@ pub fn api_resource(kind: WorkloadKind) -> ApiResource {
         WorkloadKind::DeploymentConfig => "deploymentconfigs",
     };
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind.name()), plural)
+}
+
+enum WriteError {
+    Gone,
+    Failed(String),
+}
+
+const FIELD_MANAGER: &str = "rekindle";
+
+fn test_resource_version(rv: String) -> PatchOperation {
+    PatchOperation::Test(TestOperation {
+        path: PointerBuf::parse("/metadata/resourceVersion").expect("static pointer"),
+        value: Value::String(rv),
+    })
+}
+
+/// The Job a CronJob reload creates: the job template with its markers, `instantiate: manual`, a
+/// controller ownerRef, and a name derived from the CronJob's name and the new hashes.
+pub fn job_from_cronjob(cronjob: &Value, name: &str, hashes: &str) -> Option<Value> {
+    let template = cronjob.pointer("/spec/jobTemplate")?;
+    let suffix = &crate::core::hash::sha1_hex(hashes.as_bytes())[..8];
+    let base: String = name.chars().take(63 - 9).collect();
+    let job_name = format!("{}-{suffix}", base.trim_end_matches(['-', '.']));
+    let mut annotations = template
+        .pointer("/metadata/annotations")
+        .cloned()
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}));
+    annotations["cronjob.kubernetes.io/instantiate"] = json!("manual");
+    Some(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name,
+            "namespace": cronjob.pointer("/metadata/namespace"),
+            "labels": template.pointer("/metadata/labels").cloned().unwrap_or(Value::Null),
+            "annotations": annotations,
+            "ownerReferences": [{
+                "apiVersion": "batch/v1", "kind": "CronJob", "name": name,
+                "uid": cronjob.pointer("/metadata/uid"), "controller": true, "blockOwnerDeletion": true
+            }]
+        },
+        "spec": template.get("spec").cloned().unwrap_or_else(|| json!({}))
+    }))
+}
+
+/// A Job's JSON made fit for re-creation: server-set fields and the controller's selector labels removed.
+pub fn strip_job(job: &Value) -> Value {
+    let mut out = job.clone();
+    if let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut) {
+        for f in [
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "managedFields",
+            "generation",
+            "selfLink",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ] {
+            meta.remove(f);
+        }
+    }
+    if let Some(obj) = out.as_object_mut() {
+        obj.remove("status");
+    }
+    if let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("selector");
+        spec.remove("manualSelector");
+    }
+    for labels in ["/spec/template/metadata/labels", "/metadata/labels"] {
+        if let Some(map) = out.pointer_mut(labels).and_then(Value::as_object_mut) {
+            for l in [
+                "controller-uid",
+                "job-name",
+                "batch.kubernetes.io/controller-uid",
+                "batch.kubernetes.io/job-name",
+            ] {
+                map.remove(l);
+            }
+        }
+    }
+    out
 }
 
 enum Outcome {
@@ -194,10 +277,10 @@ impl Writer {
         let mut working = value.clone();
         let mut changes = Vec::new();
         let mut reasons = Vec::new();
+        let mut action = Action::None;
         for (r, pc) in &pending.changes {
             let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
-            let current = self.index.resource(&rk);
-            let (hash, flags, event) = match (pc.event, current) {
+            let (hash, flags, event) = match (pc.event, self.index.resource(&rk)) {
                 // Deleted, then re-created before we got here: an update to the new content.
                 (Event::Delete, Some(e)) => (e.hash, e.flags, Event::Update),
                 (event, Some(e)) => (e.hash, e.flags, event),
@@ -227,48 +310,32 @@ impl Writer {
             if p.changes.is_empty() {
                 continue;
             }
-            if p.action != Action::Patch {
-                // CronJob Jobs, Job re-creation and Rollout restarts need their own mechanics.
-                tracing::warn!(action = ?p.action, "this workload kind is not reloaded yet");
-                continue;
-            }
             match patch::apply(&working, key.kind, &p.changes) {
                 Ok(next) => working = next,
                 Err(e) => return Outcome::Failed(format!("rendering the patch: {e}")),
             }
+            action = p.action;
             changes.extend(p.changes);
-            reasons.push((r.clone(), event));
+            reasons.push(r.clone());
         }
         if changes.is_empty() {
             return Outcome::NothingToDo;
         }
-        let mut ops = match patch::render(&value, key.kind, &changes) {
-            Ok(ops) => ops,
-            Err(e) => return Outcome::Failed(format!("rendering the patch: {e}")),
+        let written = match action {
+            Action::Patch | Action::Restart => {
+                self.patch(api, key, &value, rv, &changes, action == Action::Restart)
+                    .await
+            }
+            Action::CreateJob => {
+                self.create_job(api, key, &value, &working, rv, &changes)
+                    .await
+            }
+            Action::RecreateJob => self.recreate_job(api, key, &working).await,
+            Action::None => return Outcome::NothingToDo,
         };
-        ops.insert(
-            0,
-            PatchOperation::Test(TestOperation {
-                path: PointerBuf::parse("/metadata/resourceVersion").expect("static pointer"),
-                value: Value::String(rv),
-            }),
-        );
-        let params = PatchParams {
-            field_manager: Some("rekindle".into()),
-            ..Default::default()
-        };
-        let result = tokio::time::timeout(
-            PATCH_TIMEOUT,
-            api.patch(
-                &key.name,
-                &params,
-                &Patch::Json::<()>(json_patch::Patch(ops)),
-            ),
-        )
-        .await;
-        match result {
-            Ok(Ok(_)) => {
-                for (r, _) in &reasons {
+        match written {
+            Ok(()) => {
+                for r in &reasons {
                     let note = format!(
                         "Changes detected in '{}' of type '{}' in namespace '{}', Updated '{}' of type '{}' in namespace '{}'",
                         r.name,
@@ -278,16 +345,153 @@ impl Writer {
                         key.kind,
                         key.namespace
                     );
-                    tracing::info!(resource = %r.name, kind = %r.kind, "reloaded");
+                    tracing::info!(resource = %r.name, kind = %r.kind, action = ?action, "reloaded");
                     self.publish(key, uid.as_deref(), EventType::Normal, "Reloaded", note)
                         .await;
                 }
                 Outcome::Reloaded
             }
-            Ok(Err(kube::Error::Api(s))) if s.code == 404 => Outcome::Gone,
-            Ok(Err(e)) => Outcome::Failed(format!("PATCH: {e}")),
-            Err(_) => Outcome::Failed("PATCH timed out".into()),
+            Err(WriteError::Gone) => Outcome::Gone,
+            Err(WriteError::Failed(e)) => Outcome::Failed(e),
         }
+    }
+
+    /// A JSON patch guarded by the resourceVersion; a Rollout restart also sets `spec.restartAt`.
+    async fn patch(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &WorkloadKey,
+        value: &Value,
+        rv: String,
+        changes: &[MarkerChange],
+        restart: bool,
+    ) -> Result<(), WriteError> {
+        let mut ops = patch::render(value, key.kind, changes)
+            .map_err(|e| WriteError::Failed(format!("rendering the patch: {e}")))?;
+        ops.insert(0, test_resource_version(rv));
+        if restart {
+            let now = jiff::Timestamp::now()
+                .round(jiff::Unit::Second)
+                .unwrap_or_else(|_| jiff::Timestamp::now());
+            ops.push(PatchOperation::Add(AddOperation {
+                path: PointerBuf::parse("/spec/restartAt").expect("static pointer"),
+                value: json!(now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+            }));
+        }
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        match tokio::time::timeout(
+            PATCH_TIMEOUT,
+            api.patch(
+                &key.name,
+                &params,
+                &Patch::Json::<()>(json_patch::Patch(ops)),
+            ),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => Err(WriteError::Gone),
+            Ok(Err(e)) => Err(WriteError::Failed(format!("PATCH: {e}"))),
+            Err(_) => Err(WriteError::Failed("PATCH timed out".into())),
+        }
+    }
+
+    /// CronJob in `job` mode: a Job from the (marked) job template under a deterministic name, then the
+    /// CronJob's metadata markers. A retried create answers AlreadyExists: done, never a second Job.
+    async fn create_job(
+        &self,
+        cronjobs: &Api<DynamicObject>,
+        key: &WorkloadKey,
+        value: &Value,
+        working: &Value,
+        rv: String,
+        changes: &[MarkerChange],
+    ) -> Result<(), WriteError> {
+        let hashes: Vec<&str> = changes
+            .iter()
+            .filter_map(|c| match c {
+                MarkerChange::SetConfigHash {
+                    place: Place::Metadata,
+                    hash,
+                    ..
+                } => Some(hash.as_str()),
+                _ => None,
+            })
+            .collect();
+        let job = job_from_cronjob(working, &key.name, &hashes.concat())
+            .ok_or_else(|| WriteError::Failed("the CronJob has no job template".into()))?;
+        let jobs: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &key.namespace,
+            &api_resource(WorkloadKind::Job),
+        );
+        let job: DynamicObject =
+            serde_json::from_value(job).map_err(|e| WriteError::Failed(e.to_string()))?;
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        match jobs.create(&params, &job).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {}
+            Err(e) => return Err(WriteError::Failed(format!("creating the Job: {e}"))),
+        }
+        let metadata_changes: Vec<MarkerChange> = changes
+            .iter()
+            .filter(|c| {
+                matches!(
+                    c,
+                    MarkerChange::SetConfigHash {
+                        place: Place::Metadata,
+                        ..
+                    } | MarkerChange::RemoveConfigHash {
+                        place: Place::Metadata,
+                        ..
+                    }
+                )
+            })
+            .cloned()
+            .collect();
+        self.patch(cronjobs, key, value, rv, &metadata_changes, false)
+            .await
+    }
+
+    /// Job: delete (background propagation) and create again under the same name from its JSON.
+    /// A crash between the two loses the Job (documented limit).
+    async fn recreate_job(
+        &self,
+        jobs: &Api<DynamicObject>,
+        key: &WorkloadKey,
+        working: &Value,
+    ) -> Result<(), WriteError> {
+        let fresh = strip_job(working);
+        let job: DynamicObject =
+            serde_json::from_value(fresh).map_err(|e| WriteError::Failed(e.to_string()))?;
+        match jobs.delete(&key.name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(WriteError::Failed(format!("deleting the Job: {e}"))),
+        }
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let mut wait = Duration::from_millis(100);
+        for _ in 0..20 {
+            match jobs.create(&params, &job).await {
+                Ok(_) => return Ok(()),
+                // The old Job is still being removed.
+                Err(kube::Error::Api(s)) if s.code == 409 => tokio::time::sleep(wait).await,
+                Err(e) => return Err(WriteError::Failed(format!("re-creating the Job: {e}"))),
+            }
+            wait = (wait * 2).min(Duration::from_secs(2));
+        }
+        Err(WriteError::Failed(
+            "the old Job was not removed in time".into(),
+        ))
     }
 
     async fn warn_invalid(

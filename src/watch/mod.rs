@@ -312,6 +312,37 @@ pub async fn workloads(
     }
 }
 
+/// Watches an optional workload API (Argo Rollouts, DeploymentConfigs): absent is a warning, and the
+/// watch starts when the API appears. Readiness never waits for it.
+pub async fn optional_workloads(
+    client: Client,
+    kind: WorkloadKind,
+    namespace: Option<String>,
+    ctx: Arc<Ctx>,
+) {
+    let ar = api_resource(kind);
+    let mut warned = false;
+    loop {
+        match client.list_api_group_resources(&ar.api_version).await {
+            Ok(list) if list.resources.iter().any(|r| r.name == ar.plural) => break,
+            Ok(_) | Err(_) => {
+                if !warned {
+                    tracing::warn!(api = %ar.api_version, kind = %kind, "optional API not served; its watch starts when it appears");
+                    warned = true;
+                }
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+    }
+    tracing::info!(kind = %kind, "optional API served; watching it");
+    ctx.ready.expect(&format!(
+        "{}/{}",
+        kind.name(),
+        namespace.as_deref().unwrap_or("*")
+    ));
+    workloads(client, kind, namespace, ctx).await;
+}
+
 /// Keeps the namespace selector's matching set current, so namespaces that start or stop matching take
 /// effect without a restart.
 pub async fn namespaces(client: Client, ctx: Arc<Ctx>) {

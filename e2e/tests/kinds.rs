@@ -1,0 +1,285 @@
+//! CronJob, Job and Argo Rollout reloads through the real apiserver (SPEC §9).
+
+use std::time::Duration;
+
+use anyhow::Result;
+use e2e::rekindle::{Options, Rekindle};
+use e2e::{admin_client, apply_value, apply_yaml, dynamic_api, get_json, wait_for, TestNamespace};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use rekindle::core::hash::configmap_hash_typed;
+use serde_json::{json, Value};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+const CM: &str =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-config}\ndata: {greeting: hello}\n";
+
+fn pod_template() -> Value {
+    json!({"metadata": {"labels": {"app": "x"}}, "spec": {"restartPolicy": "Never",
+        "containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}})
+}
+
+async fn change_cm(client: &Client, ns: &str, value: &str) -> Result<String> {
+    let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    let cm = api
+        .patch(
+            "app-config",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"greeting": value}})),
+        )
+        .await?;
+    Ok(configmap_hash_typed(&cm))
+}
+
+fn config_hashes(obj: &Value, pointer: &str) -> Value {
+    obj.pointer(pointer)
+        .and_then(Value::as_str)
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn cronjob_job_mode_creates_one_job_and_keeps_markers_in_metadata() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-cronjob").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    for (name, suspend) in [("nightly", false), ("paused", true)] {
+        apply_value(&client, Some(&ns.name), json!({"apiVersion": "batch/v1", "kind": "CronJob",
+            "metadata": {"name": name, "annotations": {"reloader.stakater.com/auto": "true"}},
+            "spec": {"schedule": "0 0 1 1 *", "suspend": suspend, "jobTemplate": {"spec": {"template": pod_template()}}}})).await?;
+    }
+    let cronjobs = dynamic_api(&client, "batch/v1", "CronJob", Some(&ns.name)).await?;
+    let h1 = configmap_hash_typed(
+        &Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+            .get("app-config")
+            .await?,
+    );
+    let cj = get_json(&cronjobs, "nightly").await?;
+    assert_eq!(
+        config_hashes(&cj, "/metadata/annotations/rekindle.io~1config-hashes"),
+        json!({"configmap/app-config": h1}),
+        "stamped in metadata"
+    );
+    assert!(
+        cj.pointer("/spec/jobTemplate/spec/template/spec/containers/0/env")
+            .is_none(),
+        "template untouched in job mode"
+    );
+
+    let h2 = change_cm(&client, &ns.name, "changed").await?;
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns.name);
+    let job = wait_for("a Job created from the CronJob", TIMEOUT, || async {
+        Ok(jobs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .next())
+    })
+    .await?;
+    assert_eq!(
+        job.annotations()
+            .get("cronjob.kubernetes.io/instantiate")
+            .map(String::as_str),
+        Some("manual")
+    );
+    let owner = &job.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("CronJob", "nightly", Some(true))
+    );
+    let job_json = serde_json::to_value(&job)?;
+    let env = job_json
+        .pointer("/spec/template/spec/containers/0/env/0")
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(
+        env,
+        json!({"name": "STAKATER_APP_CONFIG_CONFIGMAP", "value": h2})
+    );
+    wait_for(
+        "the CronJob's metadata marker to carry the new hash",
+        TIMEOUT,
+        || async {
+            let cj = get_json(&cronjobs, "nightly").await?;
+            Ok(
+                (config_hashes(&cj, "/metadata/annotations/rekindle.io~1config-hashes")
+                    == json!({"configmap/app-config": h2}))
+                .then_some(()),
+            )
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let all = jobs.list(&ListParams::default()).await?.items;
+    assert_eq!(
+        all.len(),
+        1,
+        "exactly one Job, none for the suspended CronJob: {:?}",
+        all.iter().map(|j| j.name_any()).collect::<Vec<_>>()
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn cronjob_template_mode_patches_the_job_template() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-cjtpl").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--cronjob-strategy=template"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        json!({"apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "nightly", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"schedule": "0 0 1 1 *", "jobTemplate": {"spec": {"template": pod_template()}}}}),
+    )
+    .await?;
+    let h2 = change_cm(&client, &ns.name, "changed").await?;
+    let cronjobs = dynamic_api(&client, "batch/v1", "CronJob", Some(&ns.name)).await?;
+    wait_for(
+        "the job template to carry the new hash",
+        TIMEOUT,
+        || async {
+            let cj = get_json(&cronjobs, "nightly").await?;
+            Ok(
+                (cj.pointer("/spec/jobTemplate/spec/template/spec/containers/0/env/0/value")
+                    == Some(&json!(h2)))
+                .then_some(()),
+            )
+        },
+    )
+    .await?;
+    assert!(
+        Api::<Job>::namespaced(client.clone(), &ns.name)
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty(),
+        "no Job in template mode"
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn a_job_is_recreated_under_the_same_name() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-job").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "migrate", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"template": pod_template()}}),
+    )
+    .await?;
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns.name);
+    let first_uid = jobs.get("migrate").await?.uid();
+    let h2 = change_cm(&client, &ns.name, "changed").await?;
+    let job = wait_for("the Job to be re-created", TIMEOUT, || async {
+        Ok(jobs
+            .get_opt("migrate")
+            .await?
+            .filter(|j| j.uid() != first_uid))
+    })
+    .await?;
+    let v = serde_json::to_value(&job)?;
+    assert_eq!(
+        v.pointer("/spec/template/spec/containers/0/env/0/value"),
+        Some(&json!(h2))
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn argo_rollout_restart_and_workload_ref() -> Result<()> {
+    let client = admin_client().await?;
+    let crd = std::fs::read_to_string(e2e::root().join("e2e/fixtures/crds/argo-rollouts.yaml"))?;
+    apply_yaml(&client, None, &crd).await?;
+    let ns = TestNamespace::new(&client, "e2e-rollout").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    wait_for("the Rollout CRD to be served", TIMEOUT, || async {
+        Ok(
+            dynamic_api(&client, "argoproj.io/v1alpha1", "Rollout", Some(&ns.name))
+                .await
+                .ok(),
+        )
+    })
+    .await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--is-Argo-Rollouts=true"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_value(&client, Some(&ns.name), json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": "restart", "annotations": {"reloader.stakater.com/auto": "true", "reloader.stakater.com/rollout-strategy": "restart"}},
+        "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": pod_template()}})).await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": "rolling", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": pod_template()}}),
+    )
+    .await?;
+    apply_value(&client, Some(&ns.name), json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": "by-ref", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"workloadRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "elsewhere"}}})).await?;
+    let rollouts = dynamic_api(&client, "argoproj.io/v1alpha1", "Rollout", Some(&ns.name)).await?;
+    // Wait until rekindle's watch has the Rollouts (the optional API is discovered at start).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let h2 = change_cm(&client, &ns.name, "changed").await?;
+    wait_for(
+        "spec.restartAt and the metadata marker on the restart Rollout",
+        TIMEOUT,
+        || async {
+            let ro = get_json(&rollouts, "restart").await?;
+            let ok = ro.pointer("/spec/restartAt").is_some()
+                && config_hashes(&ro, "/metadata/annotations/rekindle.io~1config-hashes")
+                    == json!({"configmap/app-config": h2});
+            Ok(ok.then_some(ro))
+        },
+    )
+    .await?;
+    wait_for(
+        "the template marker on the rolling Rollout",
+        TIMEOUT,
+        || async {
+            let ro = get_json(&rollouts, "rolling").await?;
+            Ok(
+                (ro.pointer("/spec/template/spec/containers/0/env/0/value") == Some(&json!(h2)))
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
+    let by_ref = get_json(&rollouts, "by-ref").await?;
+    assert!(
+        by_ref.pointer("/spec/template").is_none(),
+        "a Rollout with workloadRef is left alone"
+    );
+    let (_, log) = (rk.metrics().await?, std::fs::read_to_string(&rk.log)?);
+    assert!(!log.contains("panicked"), "no panic in rekindle's log");
+    rk.stop().await?;
+    ns.cleanup().await
+}
