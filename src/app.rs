@@ -19,6 +19,7 @@ use crate::core::hash::{configmap_hash_typed, secret_hash_typed};
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::Index;
 use crate::metrics::Metrics;
+use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Queue, QueueConfig};
 use crate::reload::writer::Writer;
 use crate::scope::ScopeFilter;
@@ -187,6 +188,10 @@ async fn run(config: Config) -> Result<()> {
         metrics: metrics.clone(),
         scope: scope.clone(),
         ready: ready.clone(),
+        pause: config
+            .webhook_url
+            .is_none()
+            .then(|| PauseReconciler::new(client.clone(), config.plan.policy.keys.clone())),
     });
     let namespaces: Vec<Option<String>> = match scope.watched_namespaces() {
         Some(list) => list.iter().cloned().map(Some).collect(),

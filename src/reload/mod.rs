@@ -1,4 +1,5 @@
 //! Reloading: the queue that coalesces changes per workload and the writer that patches workloads.
 
+pub mod pause;
 pub mod queue;
 pub mod writer;

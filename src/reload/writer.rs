@@ -22,6 +22,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::pause::{pause_ops, PauseDecision};
 use super::queue::{Pending, Queue};
 use crate::core::patch::{self, MarkerChange, Place};
 use crate::core::plan::{self, Action, Change, Event, PlanConfig};
@@ -369,6 +370,35 @@ impl Writer {
         let mut ops = patch::render(value, key.kind, changes)
             .map_err(|e| WriteError::Failed(format!("rendering the patch: {e}")))?;
         ops.insert(0, test_resource_version(rv));
+        if key.kind == WorkloadKind::Deployment {
+            let annotations_exist = value
+                .pointer("/metadata/annotations")
+                .is_some_and(Value::is_object);
+            match pause_ops(
+                &self.plan.policy.keys,
+                value,
+                annotations_exist,
+                jiff::Timestamp::now(),
+            ) {
+                PauseDecision::None => {}
+                PauseDecision::Pause(more) => ops.extend(more),
+                PauseDecision::Invalid(why) => {
+                    let note = format!(
+                        "Invalid {}: {why}; reloading without pause",
+                        self.plan.policy.keys.pause_period
+                    );
+                    self.metrics.invalid_annotations.inc();
+                    self.publish(
+                        key,
+                        value.pointer("/metadata/uid").and_then(Value::as_str),
+                        EventType::Warning,
+                        "InvalidAnnotation",
+                        note,
+                    )
+                    .await;
+                }
+            }
+        }
         if restart {
             let now = jiff::Timestamp::now()
                 .round(jiff::Unit::Second)

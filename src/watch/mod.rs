@@ -24,6 +24,7 @@ use crate::core::refs::ResourceRef;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{Metrics, WatchLabels};
+use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Pushed, Queue};
 use crate::reload::writer::api_resource;
 use crate::scope::ScopeFilter;
@@ -69,6 +70,8 @@ pub struct Ctx {
     pub metrics: Arc<Metrics>,
     pub scope: Arc<ScopeFilter>,
     pub ready: Arc<ReadyTracker>,
+    /// Resumes Deployments paused by rekindle (absent when no workload is ever written).
+    pub pause: Option<Arc<PauseReconciler>>,
 }
 
 impl Ctx {
@@ -265,10 +268,14 @@ pub async fn workloads(
         name: obj.name_any(),
     };
     let apply = |obj: &DynamicObject| match serde_json::to_value(obj) {
-        Ok(value) => ctx.index.apply_workload(
-            key_of(obj),
-            WorkloadEntry::from_object(&ctx.plan, &value, kind),
-        ),
+        Ok(value) => {
+            let key = key_of(obj);
+            if let Some(pause) = &ctx.pause {
+                pause.observe(&key, &value);
+            }
+            ctx.index
+                .apply_workload(key, WorkloadEntry::from_object(&ctx.plan, &value, kind));
+        }
         Err(e) => tracing::warn!(error = %e, "workload does not serialise; skipped"),
     };
     while let Some(event) = stream.next().await {

@@ -1,0 +1,189 @@
+//! Pause, create/delete handling and scope flags through the real apiserver (SPEC §10–§11).
+
+use std::time::Duration;
+
+use anyhow::Result;
+use e2e::rekindle::{Options, Rekindle};
+use e2e::{
+    admin_client, apply_value, apply_yaml, dynamic_api, get_json, replica_sets, wait_for,
+    TestNamespace,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+const CM: &str =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-config}\ndata: {greeting: hello}\n";
+
+fn deployment(name: &str, annotations: Value, cm: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "annotations": annotations},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
+            "spec": {"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": cm}}]}]}}}})
+}
+
+async fn change_cm(client: &Client, ns: &str, name: &str, value: &str) -> Result<()> {
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"greeting": value}})),
+        )
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn pause_period_holds_the_rollout_and_survives_a_restart() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-pause").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    apply_value(&client, Some(&ns.name), deployment("web", json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "6s"}), "app-config")).await?;
+    apply_value(&client, Some(&ns.name), deployment("bad", json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "soon"}), "app-config")).await?;
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    change_cm(&client, &ns.name, "app-config", "one").await?;
+    let paused = wait_for("web to be paused by rekindle", TIMEOUT, || async {
+        let d = get_json(&deployments, "web").await?;
+        Ok((d.pointer("/spec/paused") == Some(&json!(true))).then_some(d))
+    })
+    .await?;
+    assert!(paused
+        .pointer("/metadata/annotations/deployment.reloader.stakater.com~1paused-at")
+        .is_some());
+    // Restart rekindle mid-pause: the state is in the object, so it still resumes.
+    rk.kill().await?;
+    rk.restart().await?;
+    wait_for("web to be resumed after the period", TIMEOUT, || async {
+        let d = get_json(&deployments, "web").await?;
+        let resumed = d.pointer("/spec/paused") != Some(&json!(true))
+            && d.pointer("/metadata/annotations/deployment.reloader.stakater.com~1paused-at")
+                .is_none();
+        Ok(resumed.then_some(()))
+    })
+    .await?;
+    wait_for("web's new ReplicaSet to take over", TIMEOUT, || async {
+        let rs = replica_sets(&client, &ns.name, "web").await?;
+        Ok(
+            (rs.len() == 2 && rs.iter().any(|(_, spec, ready)| *spec == 1 && *ready == 1))
+                .then_some(()),
+        )
+    })
+    .await?;
+    // An invalid period: Warning Event, reload without pause.
+    let bad = get_json(&deployments, "bad").await?;
+    assert_ne!(bad.pointer("/spec/paused"), Some(&json!(true)));
+    assert_eq!(replica_sets(&client, &ns.name, "bad").await?.len(), 2);
+    let events = Api::<Event>::namespaced(client.clone(), &ns.name)
+        .list(&ListParams::default().fields("reason=InvalidAnnotation"))
+        .await?;
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.message.as_deref().unwrap_or("").contains("pause-period")),
+        "a Warning Event for the period"
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn reload_on_create_and_delete() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-createdel").await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--reload-on-create=true", "--reload-on-delete=true"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        deployment(
+            "web",
+            json!({"reloader.stakater.com/auto": "true"}),
+            "later",
+        ),
+    )
+    .await?;
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    let env = |d: &Value| {
+        d.pointer("/spec/template/spec/containers/0/env/0/name")
+            .and_then(Value::as_str)
+            .map(String::from)
+    };
+    assert_eq!(env(&get_json(&deployments, "web").await?), None);
+    apply_yaml(
+        &client,
+        Some(&ns.name),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: later}\ndata: {a: '1'}\n",
+    )
+    .await?;
+    wait_for("the created ConfigMap to reload web", TIMEOUT, || async {
+        Ok((env(&get_json(&deployments, "web").await?).as_deref()
+            == Some("STAKATER_LATER_CONFIGMAP"))
+        .then_some(()))
+    })
+    .await?;
+    Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .delete("later", &DeleteParams::default())
+        .await?;
+    wait_for(
+        "the deleted ConfigMap's env var to be removed",
+        TIMEOUT,
+        || async {
+            Ok(env(&get_json(&deployments, "web").await?)
+                .is_none()
+                .then_some(()))
+        },
+    )
+    .await?;
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn workloads_outside_the_watched_namespaces_are_untouched() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-scope").await?;
+    let other = TestNamespace::new(&client, "e2e-scope-other").await?;
+    for n in [&ns.name, &other.name] {
+        apply_yaml(&client, Some(n), CM).await?;
+    }
+    // rekindle watches only `ns`; a Deployment in `other` is never reloaded.
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    for n in [&ns.name, &other.name] {
+        apply_value(
+            &client,
+            Some(n),
+            deployment(
+                "web",
+                json!({"reloader.stakater.com/auto": "true"}),
+                "app-config",
+            ),
+        )
+        .await?;
+    }
+    for n in [&ns.name, &other.name] {
+        change_cm(&client, n, "app-config", "changed").await?;
+    }
+    wait_for("web in the watched namespace to roll", TIMEOUT, || async {
+        Ok((replica_sets(&client, &ns.name, "web").await?.len() == 2).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        replica_sets(&client, &other.name, "web").await?.len(),
+        1,
+        "the other namespace is out of scope"
+    );
+    rk.stop().await?;
+    other.cleanup().await?;
+    ns.cleanup().await
+}
