@@ -19,6 +19,7 @@ use crate::core::hash::{configmap_hash_typed, secret_hash_typed};
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::Index;
 use crate::metrics::Metrics;
+use crate::notify::Notifier;
 use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Queue, QueueConfig};
 use crate::reload::writer::Writer;
@@ -192,6 +193,10 @@ async fn run(config: Config) -> Result<()> {
             .webhook_url
             .is_none()
             .then(|| PauseReconciler::new(client.clone(), config.plan.policy.keys.clone())),
+        notifier: match &config.webhook_url {
+            Some(url) => Some(Notifier::new(url, metrics.clone())?),
+            None => None,
+        },
     });
     let namespaces: Vec<Option<String>> = match scope.watched_namespaces() {
         Some(list) => list.iter().cloned().map(Some).collect(),
@@ -277,9 +282,7 @@ async fn run(config: Config) -> Result<()> {
         config.max_concurrent_reloads,
     ));
     let writer_task = if config.webhook_url.is_some() {
-        tracing::warn!(
-            "--webhook-url: notifications are not available in this build; no workload is touched"
-        );
+        tracing::info!("--webhook-url: changes are POSTed there; no workload is touched");
         None
     } else {
         Some(tokio::spawn(writer.run(shutdown.clone())))

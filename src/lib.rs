@@ -5,6 +5,7 @@ pub mod core;
 pub mod duration;
 pub mod index;
 pub mod metrics;
+pub mod notify;
 pub mod reload;
 pub mod scope;
 pub mod selector;

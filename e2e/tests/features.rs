@@ -187,3 +187,91 @@ async fn workloads_outside_the_watched_namespaces_are_untouched() -> Result<()> 
     other.cleanup().await?;
     ns.cleanup().await
 }
+
+#[tokio::test]
+async fn webhook_url_mode_posts_changes_and_touches_no_workload() -> Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-notify").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    // A tiny HTTP receiver on 127.0.0.1 that records request bodies.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/hook", listener.local_addr()?);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Ok(n) = sock.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_string();
+                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                        let len = head
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if body.len() >= len {
+                            let _ = tx.send(body.to_string());
+                            let _ = sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let arg = format!("--webhook-url={url}");
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &[&arg],
+            webhook: false,
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        deployment(
+            "web",
+            json!({"reloader.stakater.com/auto": "true"}),
+            "app-config",
+        ),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    change_cm(&client, &ns.name, "app-config", "notify").await?;
+    let body = tokio::time::timeout(TIMEOUT, rx.recv())
+        .await?
+        .expect("a notification");
+    let payload: Value = serde_json::from_str(&body)?;
+    assert_eq!(payload["webhook"], "update successful");
+    assert_eq!(payload["kind"], "ConfigMap");
+    assert_eq!(payload["name"], "app-config");
+    assert_eq!(
+        payload["workloads"],
+        json!([{"kind": "Deployment", "namespace": ns.name, "name": "web"}])
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        replica_sets(&client, &ns.name, "web").await?.len(),
+        1,
+        "no workload is touched"
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}

@@ -269,6 +269,30 @@ pub fn decide(
     resource_name: &str,
     resource: ResourceFlags,
 ) -> Decision {
+    let referenced =
+        || pod_spec.is_some_and(|s| refs::is_referenced(s, resource_kind, resource_name));
+    decide_with(
+        cfg,
+        kind,
+        policy,
+        referenced,
+        resource_kind,
+        resource_name,
+        resource,
+    )
+}
+
+/// [`decide`] with the reference check given as a function: the index knows references without the
+/// object.
+pub fn decide_with(
+    cfg: &PolicyConfig,
+    kind: WorkloadKind,
+    policy: &WorkloadPolicy,
+    referenced: impl Fn() -> bool,
+    resource_kind: ResourceKind,
+    resource_name: &str,
+    resource: ResourceFlags,
+) -> Decision {
     let keys = &cfg.keys;
     if cfg.ignored_workload_types.contains(&kind) {
         return Decision::no(Reason::WorkloadTypeIgnored);
@@ -321,8 +345,6 @@ pub fn decide(
         }
     }
 
-    let referenced =
-        || pod_spec.is_some_and(|s| refs::is_referenced(s, resource_kind, resource_name));
     let auto_outcome = |reason, invalid_patterns| {
         if referenced() {
             Decision {

@@ -24,6 +24,7 @@ use crate::core::refs::ResourceRef;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{Metrics, WatchLabels};
+use crate::notify::Notifier;
 use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Pushed, Queue};
 use crate::reload::writer::api_resource;
@@ -72,9 +73,47 @@ pub struct Ctx {
     pub ready: Arc<ReadyTracker>,
     /// Resumes Deployments paused by rekindle (absent when no workload is ever written).
     pub pause: Option<Arc<PauseReconciler>>,
+    /// `--webhook-url` mode: changes are POSTed instead of reloading.
+    pub notifier: Option<Arc<Notifier>>,
 }
 
 impl Ctx {
+    fn notify(
+        &self,
+        dependents: &[WorkloadKey],
+        key: &ResourceKey,
+        hash: &str,
+        flags: ResourceFlags,
+    ) -> bool {
+        let Some(notifier) = &self.notifier else {
+            return false;
+        };
+        if !self.scope.namespace_in_scope(&key.namespace) {
+            return true;
+        }
+        let in_scope: Vec<WorkloadKey> = dependents
+            .iter()
+            .filter(|w| !self.plan.policy.ignored_workload_types.contains(&w.kind))
+            .cloned()
+            .collect();
+        let workloads = Notifier::would_reload(
+            &self.plan.policy,
+            &self.index,
+            &in_scope,
+            key.kind,
+            &key.name,
+            flags,
+        );
+        notifier.send(Notifier::payload(
+            key.kind,
+            &key.namespace,
+            &key.name,
+            hash,
+            &workloads,
+        ));
+        true
+    }
+
     fn enqueue(
         &self,
         dependents: &[WorkloadKey],
@@ -226,6 +265,9 @@ fn upsert(
     if event == Event::Create && !ctx.plan.reload_on_create {
         return;
     }
+    if ctx.notify(&update.dependents, &key, &hash, flags) {
+        return;
+    }
     ctx.enqueue(&update.dependents, key.kind, &key.name, event, observed);
 }
 
@@ -234,6 +276,15 @@ fn remove(ctx: &Ctx, key: &ResourceKey, label: &str) {
     let update = ctx.index.remove_resource(key);
     ctx.metrics.event("delete", label);
     if ctx.plan.reload_on_delete {
+        let hash = crate::core::hash::delete_marker_hash();
+        if ctx.notify(
+            &update.dependents,
+            key,
+            &hash,
+            update.previous.map(|p| p.flags).unwrap_or_default(),
+        ) {
+            return;
+        }
         ctx.enqueue(
             &update.dependents,
             key.kind,
