@@ -197,6 +197,7 @@ async fn run(config: Config) -> Result<()> {
             Some(url) => Some(Notifier::new(url, metrics.clone())?),
             None => None,
         },
+        spc_flags: Default::default(),
     });
     let namespaces: Vec<Option<String>> = match scope.watched_namespaces() {
         Some(list) => list.iter().cloned().map(Some).collect(),
@@ -244,6 +245,23 @@ async fn run(config: Config) -> Result<()> {
                 "secrets",
                 ns.clone(),
                 secret_hash_typed,
+                ctx.clone(),
+            )));
+        }
+        if config.enable_csi {
+            let labels = config
+                .resource_label_selector
+                .as_ref()
+                .map(|s| s.to_string());
+            watches.push(tokio::spawn(watch::spcps(
+                client.clone(),
+                ns.clone(),
+                labels,
+                ctx.clone(),
+            )));
+            watches.push(tokio::spawn(watch::spcs(
+                client.clone(),
+                ns.clone(),
                 ctx.clone(),
             )));
         }

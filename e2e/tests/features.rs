@@ -275,3 +275,76 @@ async fn webhook_url_mode_posts_changes_and_touches_no_workload() -> Result<()> 
     rk.stop().await?;
     ns.cleanup().await
 }
+
+#[tokio::test]
+async fn csi_secret_provider_class_changes_reload_once() -> Result<()> {
+    let client = admin_client().await?;
+    let crds =
+        std::fs::read_to_string(e2e::root().join("e2e/fixtures/crds/secrets-store-csi.yaml"))?;
+    apply_yaml(&client, None, &crds).await?;
+    let ns = TestNamespace::new(&client, "e2e-csi").await?;
+    wait_for("the SPCPS CRD to be served", TIMEOUT, || async {
+        Ok(dynamic_api(
+            &client,
+            "secrets-store.csi.x-k8s.io/v1",
+            "SecretProviderClassPodStatus",
+            Some(&ns.name),
+        )
+        .await
+        .ok())
+    })
+    .await?;
+    let spcps = |pod: &str, version: &str| {
+        json!({"apiVersion": "secrets-store.csi.x-k8s.io/v1", "kind": "SecretProviderClassPodStatus", "metadata": {"name": format!("{pod}-vault")},
+            "status": {"podName": pod, "secretProviderClassName": "vault", "mounted": true, "objects": [{"id": "secret/db", "version": version}]}})
+    };
+    apply_value(&client, Some(&ns.name), json!({"apiVersion": "secrets-store.csi.x-k8s.io/v1", "kind": "SecretProviderClass", "metadata": {"name": "vault"}, "spec": {"provider": "vault"}})).await?;
+    apply_value(&client, Some(&ns.name), spcps("pod-a", "v1")).await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--enable-csi-integration"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_value(&client, Some(&ns.name), json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "annotations": {"secretproviderclass.reloader.stakater.com/auto": "true"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+            "containers": [{"name": "app", "image": "busybox", "volumeMounts": [{"name": "secrets", "mountPath": "/mnt/secrets"}]}],
+            "volumes": [{"name": "secrets", "csi": {"driver": "secrets-store.csi.k8s.io", "volumeAttributes": {"secretProviderClass": "vault"}}}]}}}})).await?;
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    let env = |d: &Value| {
+        d.pointer("/spec/template/spec/containers/0/env/0/value")
+            .and_then(Value::as_str)
+            .map(String::from)
+    };
+    let h1 = rekindle::core::hash::spcps_hash("vault", [("secret/db", "v1")]);
+    // Give the optional watch a moment to list, then check the stamp (the SPC's hash is known).
+    wait_for("web to be stamped with the SPC hash", TIMEOUT, || async {
+        let d = get_json(&deployments, "web").await?;
+        if env(&d).is_none() {
+            // The watch may have listed after the create: a template change re-admits it.
+            deployments.patch("web", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"template": {"metadata": {"labels": {"tick": format!("{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis())}}}}}))).await?;
+        }
+        Ok((env(&get_json(&deployments, "web").await?) == Some(h1.clone())).then_some(()))
+    })
+    .await?;
+    let before = replica_sets(&client, &ns.name, "web").await?.len();
+    // Two pods' statuses move to v2: one new hash, one reload.
+    apply_value(&client, Some(&ns.name), spcps("pod-a", "v2")).await?;
+    apply_value(&client, Some(&ns.name), spcps("pod-b", "v2")).await?;
+    let h2 = rekindle::core::hash::spcps_hash("vault", [("secret/db", "v2")]);
+    wait_for("web to carry the new SPC hash", TIMEOUT, || async {
+        Ok((env(&get_json(&deployments, "web").await?) == Some(h2.clone())).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        replica_sets(&client, &ns.name, "web").await?.len(),
+        before + 1,
+        "exactly one reload"
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}

@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::DynamicObject;
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
 use kube::runtime::watcher::{self, watcher, Event as WatchEvent};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -75,6 +77,8 @@ pub struct Ctx {
     pub pause: Option<Arc<PauseReconciler>>,
     /// `--webhook-url` mode: changes are POSTed instead of reloading.
     pub notifier: Option<Arc<Notifier>>,
+    /// CSI: ignore/match flags of SecretProviderClasses, by (namespace, name).
+    pub spc_flags: Mutex<std::collections::HashMap<(String, String), ResourceFlags>>,
 }
 
 impl Ctx {
@@ -379,19 +383,7 @@ pub async fn optional_workloads(
     ctx: Arc<Ctx>,
 ) {
     let ar = api_resource(kind);
-    let mut warned = false;
-    loop {
-        match client.list_api_group_resources(&ar.api_version).await {
-            Ok(list) if list.resources.iter().any(|r| r.name == ar.plural) => break,
-            Ok(_) | Err(_) => {
-                if !warned {
-                    tracing::warn!(api = %ar.api_version, kind = %kind, "optional API not served; its watch starts when it appears");
-                    warned = true;
-                }
-            }
-        }
-        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
-    }
+    wait_for_api(&client, &ar).await;
     tracing::info!(kind = %kind, "optional API served; watching it");
     ctx.ready.expect(&format!(
         "{}/{}",
@@ -435,6 +427,142 @@ pub async fn namespaces(client: Client, ctx: Arc<Ctx>) {
                     })
                     .inc();
                 tracing::warn!(error = %e, "namespace watch failed; retrying with backoff");
+            }
+        }
+    }
+}
+
+/// Polls discovery until `ar` is served: an absent optional API is a warning, not a failure.
+pub async fn wait_for_api(client: &Client, ar: &ApiResource) {
+    let mut warned = false;
+    loop {
+        match client.list_api_group_resources(&ar.api_version).await {
+            Ok(list) if list.resources.iter().any(|r| r.name == ar.plural) => return,
+            Ok(_) | Err(_) => {
+                if !warned {
+                    tracing::warn!(api = %ar.api_version, resource = %ar.plural, "optional API not served; its watch starts when it appears");
+                    warned = true;
+                }
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+    }
+}
+
+pub fn spcps_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(
+            "secrets-store.csi.x-k8s.io",
+            "v1",
+            "SecretProviderClassPodStatus",
+        ),
+        "secretproviderclasspodstatuses",
+    )
+}
+
+pub fn spc_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets-store.csi.x-k8s.io", "v1", "SecretProviderClass"),
+        "secretproviderclasses",
+    )
+}
+
+/// CSI: SecretProviderClassPodStatuses give each SecretProviderClass its current hash (that of its most
+/// recently updated SPCPS). Many pods of one workload with the same versions make one hash: one reload.
+pub async fn spcps(
+    client: Client,
+    namespace: Option<String>,
+    labels: Option<String>,
+    ctx: Arc<Ctx>,
+) {
+    let ar = spcps_resource();
+    wait_for_api(&client, &ar).await;
+    let api: Api<DynamicObject> = match &namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &ar),
+        None => Api::all_with(client, &ar),
+    };
+    let mut config = watcher::Config::default();
+    if let Some(l) = &labels {
+        config = config.labels(l);
+    }
+    let mut stream = watcher(api, config).default_backoff().boxed();
+    let mut first_sync = true;
+    while let Some(event) = stream.next().await {
+        let obj = match event {
+            Ok(WatchEvent::Apply(o)) => Some((o, true)),
+            Ok(WatchEvent::InitApply(o)) => Some((o, !first_sync)),
+            Ok(WatchEvent::InitDone) => {
+                first_sync = false;
+                None
+            }
+            // A pod went away; its SecretProviderClass still exists.
+            Ok(_) => None,
+            Err(e) => {
+                ctx.metrics
+                    .watch_restarts
+                    .get_or_create(&WatchLabels {
+                        resource: "secretproviderclasspodstatuses".into(),
+                    })
+                    .inc();
+                tracing::warn!(error = %e, "SecretProviderClassPodStatus watch failed; retrying with backoff");
+                None
+            }
+        };
+        let Some((obj, trigger)) = obj else { continue };
+        let Ok(value) = serde_json::to_value(&obj) else {
+            continue;
+        };
+        let Some((class, hash)) = crate::core::hash::spcps_hash_json(&value) else {
+            continue;
+        };
+        let ns = obj.namespace().unwrap_or_default();
+        let flags = ctx
+            .spc_flags
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(ns.clone(), class.clone()))
+            .copied()
+            .unwrap_or_default();
+        upsert(
+            &ctx,
+            ResourceKey::new(ResourceKind::SecretProviderClass, &ns, &class),
+            hash,
+            flags,
+            trigger,
+            "secretproviderclasspodstatuses",
+        );
+    }
+}
+
+/// CSI: the ignore/match annotations of SecretProviderClasses.
+pub async fn spcs(client: Client, namespace: Option<String>, ctx: Arc<Ctx>) {
+    let ar = spc_resource();
+    wait_for_api(&client, &ar).await;
+    let api: Api<DynamicObject> = match &namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &ar),
+        None => Api::all_with(client, &ar),
+    };
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(WatchEvent::Apply(o)) | Ok(WatchEvent::InitApply(o)) => {
+                let flags = flags_of(&ctx.plan, &o);
+                ctx.spc_flags
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert((o.namespace().unwrap_or_default(), o.name_any()), flags);
+            }
+            Ok(WatchEvent::Delete(o)) => {
+                ctx.spc_flags
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&(o.namespace().unwrap_or_default(), o.name_any()));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "SecretProviderClass watch failed; retrying with backoff")
             }
         }
     }
