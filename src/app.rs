@@ -18,6 +18,7 @@ use crate::cli::{Config, LogFormat};
 use crate::core::hash::{configmap_hash_typed, secret_hash_typed};
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::Index;
+use crate::lease::{self, Leadership};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::reload::pause::PauseReconciler;
@@ -123,11 +124,27 @@ async fn run(config: Config) -> Result<()> {
         optional.push(WorkloadKind::Rollout);
     }
     let kinds: Vec<WorkloadKind> = builtin.iter().chain(optional.iter()).copied().collect();
-    if config.enable_ha {
-        tracing::warn!(
-            "--enable-ha: leader election is not available in this build; run a single replica"
-        );
-    }
+    let leadership = if config.enable_ha {
+        let identity = std::env::var("POD_NAME")
+            .ok()
+            .or_else(|| hostname::get().ok().and_then(|h| h.into_string().ok()))
+            .unwrap_or_else(|| "rekindle".into());
+        let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
+        tracing::info!(%identity, %namespace, lease = lease::LEASE_NAME, "leader election on");
+        lease::start(
+            client.clone(),
+            lease::LeaseConfig {
+                namespace,
+                identity,
+                lease_duration: config.lease_duration,
+                renew_deadline: config.renew_deadline,
+                retry_period: config.retry_period,
+            },
+            shutdown.clone(),
+        )
+    } else {
+        Leadership::always()
+    };
 
     // Admin server first, so probes answer (503) while the watches sync.
     let admin_listener = bind(config.admin_addr)
@@ -298,6 +315,7 @@ async fn run(config: Config) -> Result<()> {
         metrics.clone(),
         Recorder::new(client.clone(), reporter),
         config.max_concurrent_reloads,
+        leadership.clone(),
     ));
     let writer_task = if config.webhook_url.is_some() {
         tracing::info!("--webhook-url: changes are POSTed there; no workload is touched");
@@ -318,6 +336,7 @@ async fn run(config: Config) -> Result<()> {
         );
         let interval = config.consistency_interval;
         let notify_only = config.webhook_url.is_some();
+        let leadership = leadership.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = ready.all_synced.notified() => {}
@@ -327,20 +346,22 @@ async fn run(config: Config) -> Result<()> {
             metrics.ready.set(1);
             let mut consistency = tokio::time::interval_at(tokio::time::Instant::now(), interval);
             let mut gauges = tokio::time::interval(Duration::from_secs(5));
+            let mut leader_check = tokio::time::interval(Duration::from_millis(500));
+            let mut was_leader = leadership.is_leader();
             loop {
                 tokio::select! {
                     _ = consistency.tick() => {
-                        if notify_only { continue; }
-                        let stale = index.stale_markers();
-                        if !stale.is_empty() {
-                            tracing::info!(count = stale.len(), "markers differ from current hashes; reloading");
+                        if notify_only || !leadership.is_leader() { continue; }
+                        catch_up(&index, &queue, &scope, &ctx);
+                    }
+                    _ = leader_check.tick() => {
+                        let leading = leadership.is_leader();
+                        metrics.leader.set(i64::from(leading));
+                        // A new leader catches up at once: failover loses nothing.
+                        if leading && !was_leader && !notify_only {
+                            catch_up(&index, &queue, &scope, &ctx);
                         }
-                        let now = tokio::time::Instant::now();
-                        for (key, r) in stale {
-                            if scope.namespace_in_scope(&key.namespace) && !ctx.plan.policy.ignored_workload_types.contains(&key.kind) {
-                                queue.push(key, r, crate::core::plan::Event::Update, now);
-                            }
-                        }
+                        was_leader = leading;
                     }
                     _ = gauges.tick() => {
                         index.expire_provisional(PROVISIONAL_TTL);
@@ -374,6 +395,25 @@ async fn run(config: Config) -> Result<()> {
     let _ = admin_task.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Re-queues every workload whose marker differs from the current hash (catch-up, consistency pass).
+fn catch_up(index: &Index, queue: &Queue, scope: &ScopeFilter, ctx: &Ctx) {
+    let stale = index.stale_markers();
+    if !stale.is_empty() {
+        tracing::info!(
+            count = stale.len(),
+            "markers differ from current hashes; reloading"
+        );
+    }
+    let now = tokio::time::Instant::now();
+    for (key, r) in stale {
+        if scope.namespace_in_scope(&key.namespace)
+            && !ctx.plan.policy.ignored_workload_types.contains(&key.kind)
+        {
+            queue.push(key, r, crate::core::plan::Event::Update, now);
+        }
+    }
 }
 
 async fn wait_for_signal() {

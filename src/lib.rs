@@ -4,6 +4,7 @@ pub mod cli;
 pub mod core;
 pub mod duration;
 pub mod index;
+pub mod lease;
 pub mod metrics;
 pub mod notify;
 pub mod reload;

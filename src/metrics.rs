@@ -80,6 +80,7 @@ pub struct Metrics {
     pub errors: Family<ErrorLabels, Counter>,
     pub invalid_annotations: Counter,
     pub ready: Gauge,
+    pub leader: Gauge,
 }
 
 impl Metrics {
@@ -105,6 +106,7 @@ impl Metrics {
             errors: Family::default(),
             invalid_annotations: Counter::default(),
             ready: Gauge::default(),
+            leader: Gauge::default(),
         };
         // Reloader starts both series at 0.
         for s in ["true", "false"] {
@@ -196,6 +198,11 @@ impl Metrics {
             "rekindle_invalid_annotations",
             "Invalid annotations reported as Warning Events",
             m.invalid_annotations.clone(),
+        );
+        registry.register(
+            "rekindle_leader",
+            "1 while this replica is the one that writes",
+            m.leader.clone(),
         );
         registry.register(
             "rekindle_ready",

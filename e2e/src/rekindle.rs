@@ -25,6 +25,10 @@ pub struct Options<'a> {
     pub kubeconfig: Option<PathBuf>,
     /// Wait for /ready and for the webhook to answer.
     pub wait_ready: bool,
+    /// Distinguishes several rekindle processes of one test (their webhook registrations).
+    pub instance: &'a str,
+    /// Extra environment variables.
+    pub env: &'a [(&'a str, &'a str)],
 }
 
 impl Default for Options<'_> {
@@ -34,6 +38,8 @@ impl Default for Options<'_> {
             args: &[],
             kubeconfig: None,
             wait_ready: true,
+            instance: "",
+            env: &[],
         }
     }
 }
@@ -47,6 +53,7 @@ pub struct Rekindle {
     client: Client,
     namespaces: Vec<String>,
     options_args: Vec<String>,
+    env: Vec<(String, String)>,
     webhook: bool,
     kubeconfig: PathBuf,
 }
@@ -93,6 +100,11 @@ impl Rekindle {
             client: client.clone(),
             namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
             options_args: options.args.iter().map(|s| s.to_string()).collect(),
+            env: options
+                .env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             webhook: options.webhook,
             kubeconfig: options
                 .kubeconfig
@@ -158,6 +170,7 @@ impl Rekindle {
                 .arg(pki.join("webhook.key"));
         }
         cmd.args(&self.options_args)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env_remove("KUBECONFIG")
             .stdout(log.try_clone()?)
             .stderr(log)

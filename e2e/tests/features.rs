@@ -348,3 +348,93 @@ async fn csi_secret_provider_class_changes_reload_once() -> Result<()> {
     rk.stop().await?;
     ns.cleanup().await
 }
+
+#[tokio::test]
+async fn with_ha_only_the_leader_writes_and_failover_loses_nothing() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-ha").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let ha = [
+        "--enable-ha",
+        "--leader-election-lease-duration=3s",
+        "--leader-election-renew-deadline=2s",
+        "--leader-election-retry-period=250ms",
+    ];
+    let env_a = [
+        ("POD_NAMESPACE", ns.name.as_str()),
+        ("POD_NAME", "replica-a"),
+    ];
+    let env_b = [
+        ("POD_NAMESPACE", ns.name.as_str()),
+        ("POD_NAME", "replica-b"),
+    ];
+    let mut a = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &ha,
+            env: &env_a,
+            instance: "-a",
+            ..Default::default()
+        },
+    )
+    .await?;
+    let leases =
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), &ns.name);
+    wait_for("replica-a to hold the Lease", TIMEOUT, || async {
+        Ok(leases
+            .get_opt("rekindle-leader")
+            .await?
+            .and_then(|l| l.spec?.holder_identity)
+            .filter(|h| h == "replica-a"))
+    })
+    .await?;
+    let b = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &ha,
+            env: &env_b,
+            instance: "-b",
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        deployment(
+            "web",
+            json!({"reloader.stakater.com/auto": "true"}),
+            "app-config",
+        ),
+    )
+    .await?;
+    change_cm(&client, &ns.name, "app-config", "one").await?;
+    wait_for("web to roll once", TIMEOUT, || async {
+        Ok((replica_sets(&client, &ns.name, "web").await?.len() == 2).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(replica_sets(&client, &ns.name, "web").await?.len(), 2);
+    let series = "reloader_reload_executed_total{success=\"true\"}";
+    assert_eq!(a.metric(series).await?, 1.0, "the leader wrote");
+    assert_eq!(b.metric(series).await?, 0.0, "the follower did not");
+    // The leader dies; a change made before the follower takes over is still reloaded.
+    a.kill().await?;
+    change_cm(&client, &ns.name, "app-config", "two").await?;
+    wait_for("replica-b to take over and reload", TIMEOUT, || async {
+        Ok((replica_sets(&client, &ns.name, "web").await?.len() == 3).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        replica_sets(&client, &ns.name, "web").await?.len(),
+        3,
+        "exactly one reload for the change"
+    );
+    assert_eq!(b.metric("rekindle_leader").await?, 1.0);
+    b.stop().await?;
+    a.stop().await?;
+    ns.cleanup().await
+}

@@ -29,6 +29,7 @@ use crate::core::plan::{self, Action, Change, Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
 use crate::core::WorkloadKind;
 use crate::index::{Index, ResourceKey, WorkloadKey};
+use crate::lease::Leadership;
 use crate::metrics::Metrics;
 
 const MAX_ATTEMPTS: u32 = 6;
@@ -42,6 +43,8 @@ pub struct Writer {
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     pub max_concurrent: usize,
+    /// Only the leader writes.
+    pub leadership: Leadership,
     /// (workload, annotation value) pairs already reported as invalid: one Warning Event each.
     warned: Mutex<HashSet<(WorkloadKey, String)>>,
 }
@@ -164,6 +167,7 @@ impl Writer {
         metrics: Arc<Metrics>,
         recorder: Recorder,
         max_concurrent: usize,
+        leadership: Leadership,
     ) -> Self {
         Self {
             client,
@@ -173,6 +177,7 @@ impl Writer {
             metrics,
             recorder,
             max_concurrent,
+            leadership,
             warned: Mutex::default(),
         }
     }
@@ -180,9 +185,18 @@ impl Writer {
     /// Runs until `shutdown`; then waits (up to 10 s) for reloads in flight.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let slots = Arc::new(Semaphore::new(self.max_concurrent));
+        let mut leadership = self.leadership.clone();
         loop {
+            // A follower keeps its queue but never writes; the leader's catch-up covers its work.
+            if !leadership.is_leader() {
+                tokio::select! {
+                    _ = leadership.acquired() => {}
+                    _ = shutdown.cancelled() => break,
+                }
+            }
             let (key, pending) = tokio::select! {
                 next = self.queue.next() => next,
+                _ = leadership.lost() => continue,
                 _ = shutdown.cancelled() => break,
             };
             let Ok(permit) = slots.clone().acquire_owned().await else {

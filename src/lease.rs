@@ -1,0 +1,161 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease (`--enable-ha`): every replica serves the
+//! webhook and keeps its index warm; only the leader writes. Failover loses nothing: the new leader
+//! runs the catch-up pass, which compares markers with current hashes.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub const LEASE_NAME: &str = "rekindle-leader";
+
+#[derive(Debug, Clone)]
+pub struct LeaseConfig {
+    pub namespace: String,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+/// Whether this replica may write. Without HA it is always true.
+#[derive(Clone)]
+pub struct Leadership(watch::Receiver<bool>);
+
+impl Leadership {
+    pub fn always() -> Self {
+        let (tx, rx) = watch::channel(true);
+        // Keep the sender alive for the life of the process.
+        std::mem::forget(tx);
+        Self(rx)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Waits until this replica leads.
+    pub async fn acquired(&mut self) {
+        let _ = self.0.wait_for(|l| *l).await;
+    }
+
+    /// Waits until this replica stops leading.
+    pub async fn lost(&mut self) {
+        let _ = self.0.wait_for(|l| !*l).await;
+    }
+}
+
+fn now() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
+
+/// Runs the election until `shutdown`, releasing the Lease on the way out.
+pub fn start(client: Client, cfg: LeaseConfig, shutdown: CancellationToken) -> Leadership {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+        let mut last_renew: Option<Instant> = None;
+        loop {
+            let leading = *tx.borrow();
+            match try_acquire_or_renew(&api, &cfg).await {
+                Ok(true) => {
+                    last_renew = Some(Instant::now());
+                    if !leading {
+                        tracing::info!(identity = %cfg.identity, "became the leader");
+                        let _ = tx.send(true);
+                    }
+                }
+                Ok(false) => {
+                    if leading {
+                        tracing::warn!("lost the Lease to another replica");
+                        let _ = tx.send(false);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "Lease update failed");
+                    if leading && last_renew.is_none_or(|t| t.elapsed() > cfg.renew_deadline) {
+                        tracing::warn!(
+                            "could not renew the Lease within the deadline; stepping down"
+                        );
+                        let _ = tx.send(false);
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(cfg.retry_period) => {}
+                _ = shutdown.cancelled() => break,
+            }
+        }
+        if *tx.borrow() {
+            let _ = tx.send(false);
+            release(&api, &cfg).await;
+        }
+    });
+    Leadership(rx)
+}
+
+async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool, kube::Error> {
+    let secs = i32::try_from(cfg.lease_duration.as_secs())
+        .unwrap_or(15)
+        .max(1);
+    let Some(mut lease) = api.get_opt(LEASE_NAME).await? else {
+        let lease: Lease = serde_json::from_value(json!({
+            "metadata": {"name": LEASE_NAME},
+            "spec": {"holderIdentity": cfg.identity, "leaseDurationSeconds": secs, "acquireTime": now(), "renewTime": now(), "leaseTransitions": 0}
+        }))
+        .map_err(kube::Error::SerdeError)?;
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        };
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    let holder = spec.holder_identity.clone().unwrap_or_default();
+    let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(secs).max(1) as u64);
+    let expired = spec.renew_time.as_ref().is_none_or(|t| {
+        let age = jiff::Timestamp::now().duration_since(t.0);
+        age.is_negative() || Duration::try_from(age).unwrap_or_default() > duration
+    });
+    if holder != cfg.identity && !holder.is_empty() && !expired {
+        return Ok(false);
+    }
+    if holder != cfg.identity {
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        spec.acquire_time = Some(now());
+    }
+    spec.holder_identity = Some(cfg.identity.clone());
+    spec.lease_duration_seconds = Some(secs);
+    spec.renew_time = Some(now());
+    // The resourceVersion makes this a compare-and-swap: two replicas cannot both win.
+    match api
+        .replace(LEASE_NAME, &PostParams::default(), &lease)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
+    if let Ok(Some(mut lease)) = api.get_opt(LEASE_NAME).await {
+        if let Some(spec) = lease
+            .spec
+            .as_mut()
+            .filter(|s| s.holder_identity.as_deref() == Some(&cfg.identity))
+        {
+            spec.holder_identity = None;
+            spec.renew_time = None;
+            let _ = api
+                .replace(LEASE_NAME, &PostParams::default(), &lease)
+                .await;
+        }
+    }
+}
