@@ -29,6 +29,8 @@ pub struct Options<'a> {
     pub instance: &'a str,
     /// Extra environment variables.
     pub env: &'a [(&'a str, &'a str)],
+    /// Do not pass `--namespaces` (the test scopes rekindle another way, e.g. `--namespace-selector`).
+    pub cluster_wide: bool,
 }
 
 impl Default for Options<'_> {
@@ -40,6 +42,7 @@ impl Default for Options<'_> {
             wait_ready: true,
             instance: "",
             env: &[],
+            cluster_wide: false,
         }
     }
 }
@@ -54,6 +57,7 @@ pub struct Rekindle {
     namespaces: Vec<String>,
     options_args: Vec<String>,
     env: Vec<(String, String)>,
+    cluster_wide: bool,
     webhook: bool,
     kubeconfig: PathBuf,
 }
@@ -105,6 +109,7 @@ impl Rekindle {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            cluster_wide: options.cluster_wide,
             webhook: options.webhook,
             kubeconfig: options
                 .kubeconfig
@@ -157,9 +162,11 @@ impl Rekindle {
             .append(true)
             .open(&self.log)?;
         let mut cmd = Command::new(rekindle_binary()?);
+        if !self.cluster_wide {
+            cmd.arg(format!("--namespaces={}", self.namespaces.join(",")));
+        }
         cmd.arg("--kubeconfig")
             .arg(&self.kubeconfig)
-            .arg(format!("--namespaces={}", self.namespaces.join(",")))
             .arg(format!("--admin-addr=127.0.0.1:{}", self.admin_port))
             .arg(format!("--webhook-addr=127.0.0.1:{}", self.webhook_port))
             .arg("--reload-debounce=250ms");

@@ -438,3 +438,129 @@ async fn with_ha_only_the_leader_writes_and_failover_loses_nothing() -> Result<(
     a.stop().await?;
     ns.cleanup().await
 }
+
+#[tokio::test]
+async fn namespace_selector_takes_effect_without_restart_and_resource_selector_filters(
+) -> Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-nssel").await?;
+    apply_yaml(&client, Some(&ns.name), "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-config, labels: {reload: 'yes'}}\ndata: {greeting: hello}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: unlabelled}\ndata: {a: '1'}\n").await?;
+    let selector = format!("--namespace-selector=e2e.rekindle.io/selected:{}", ns.name);
+    let args = [selector.as_str(), "--resource-label-selector=reload=yes"];
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &args,
+            cluster_wide: true,
+            webhook: false,
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        deployment(
+            "web",
+            json!({"reloader.stakater.com/auto": "true"}),
+            "app-config",
+        ),
+    )
+    .await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        deployment(
+            "other",
+            json!({"reloader.stakater.com/auto": "true"}),
+            "unlabelled",
+        ),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Not selected yet: no reload.
+    change_cm(&client, &ns.name, "app-config", "before").await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        replica_sets(&client, &ns.name, "web").await?.len(),
+        1,
+        "namespace not selected yet"
+    );
+    // Label the namespace: it starts matching without a restart.
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            &ns.name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"e2e.rekindle.io/selected": ns.name}}})),
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    change_cm(&client, &ns.name, "app-config", "after").await?;
+    wait_for(
+        "web to roll once the namespace matches",
+        TIMEOUT,
+        || async { Ok((replica_sets(&client, &ns.name, "web").await?.len() == 2).then_some(())) },
+    )
+    .await?;
+    // A ConfigMap outside the resource label selector never triggers.
+    change_cm(&client, &ns.name, "unlabelled", "x").await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        replica_sets(&client, &ns.name, "other").await?.len(),
+        1,
+        "resource label selector filters"
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn min_reload_interval_merges_changes_into_one_reload() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-cooldown").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--min-reload-interval=5s", "--reload-debounce=0"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        deployment(
+            "web",
+            json!({"reloader.stakater.com/auto": "true"}),
+            "app-config",
+        ),
+    )
+    .await?;
+    change_cm(&client, &ns.name, "app-config", "1").await?;
+    wait_for("the first reload", TIMEOUT, || async {
+        Ok((replica_sets(&client, &ns.name, "web").await?.len() == 2).then_some(()))
+    })
+    .await?;
+    // Three changes inside the cooldown: one more reload at its end, carrying the last hash.
+    for v in ["2", "3", "4"] {
+        change_cm(&client, &ns.name, "app-config", v).await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    wait_for("the merged reload", TIMEOUT, || async {
+        Ok((replica_sets(&client, &ns.name, "web").await?.len() == 3).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(replica_sets(&client, &ns.name, "web").await?.len(), 3);
+    assert_eq!(
+        rk.metric("reloader_reload_executed_total{success=\"true\"}")
+            .await?,
+        2.0
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}
