@@ -94,4 +94,62 @@ fn extraction_and_decision(c: &mut Criterion) {
 }
 
 criterion_group!(benches, hash, extraction_and_decision);
-criterion_main!(benches);
+
+/// A realistic Deployment of about `target` bytes of JSON (padding goes into labels and env).
+fn deployment_json(target: usize) -> Value {
+    let mut d = deployment(2);
+    let mut i = 0;
+    while serde_json::to_vec(&d).map(|v| v.len()).unwrap_or(0) < target {
+        d["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array_mut()
+            .expect("env")
+            .push(json!({"name": format!("PADDING_{i}"), "value": "x".repeat(64)}));
+        i += 1;
+    }
+    d
+}
+
+fn admission(c: &mut Criterion) {
+    use rekindle::admission::Admission;
+    use rekindle::cli::Scope;
+    use rekindle::index::{Index, ResourceEntry, ResourceKey};
+    use rekindle::metrics::Metrics;
+    use rekindle::scope::ScopeFilter;
+    use std::sync::Arc;
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    let index = Arc::new(Index::new());
+    for name in ["cm-0", "cm-1"] {
+        index.update_resource(
+            &ResourceKey::new(ResourceKind::ConfigMap, "ns", name),
+            ResourceEntry {
+                hash: "3c9a892aeaedc759abc3df9884a37b8be5680382".into(),
+                flags: ResourceFlags::default(),
+            },
+        );
+    }
+    let admission = Admission {
+        plan: PlanConfig::default(),
+        scope: Arc::new(ScopeFilter::new(&Scope::default())),
+        index,
+        metrics: Arc::new(Metrics::new(&mut registry, false)),
+        self_username: None,
+        notify_only: false,
+        kinds: WorkloadKind::ALL.to_vec(),
+    };
+    for (label, size) in [("2KiB", 2 * 1024), ("50KiB", 50 * 1024)] {
+        let obj = deployment_json(size);
+        let body = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+            "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "namespace": "ns", "name": "d", "operation": "CREATE", "userInfo": {"username": "alice"},
+            "object": obj, "dryRun": true}}))
+        .expect("json");
+        c.bench_function(&format!("admission/create/{label}"), |b| {
+            b.iter(|| admission.review(black_box(&body)).expect("review"))
+        });
+    }
+}
+
+criterion_group!(admission_benches, admission);
+criterion_main!(benches, admission_benches);

@@ -233,21 +233,39 @@ impl Admission {
             Some(old) => restore_markers(&self.plan, kind, old, obj)?,
             None => Vec::new(),
         };
-        let mut working = obj.clone();
-        json_patch::patch(&mut working, &ops).map_err(|e| e.to_string())?;
+        // The object is cloned only when something changes: most requests change nothing.
+        let mut working: Option<Value> = None;
+        if !ops.is_empty() {
+            let mut w = obj.clone();
+            json_patch::patch(&mut w, &ops).map_err(|e| e.to_string())?;
+            working = Some(w);
+        }
 
         // A template that is not changing never gets a new marker: that would roll it for nothing.
         let may_add = match old {
             None => true,
-            Some(old) => refs::pod_template(old, kind) != refs::pod_template(&working, kind),
+            Some(old) => {
+                refs::pod_template(old, kind)
+                    != refs::pod_template(working.as_ref().unwrap_or(obj), kind)
+            }
         };
         if may_add {
-            let changes = self.new_markers(kind, namespace, &working, &entry, &hashes);
-            let more = patch::render(&working, kind, &changes).map_err(|e| e.to_string())?;
-            json_patch::patch(&mut working, &more).map_err(|e| e.to_string())?;
-            ops.extend(more);
+            let changes = self.new_markers(
+                kind,
+                namespace,
+                working.as_ref().unwrap_or(obj),
+                &entry,
+                &hashes,
+            );
+            if !changes.is_empty() {
+                let mut w = working.take().unwrap_or_else(|| obj.clone());
+                ops.extend(patch::render_onto(&mut w, kind, &changes).map_err(|e| e.to_string())?);
+                working = Some(w);
+            }
         }
-        if !ops.is_empty() && annotation_bytes(&working, kind) > ANNOTATIONS_LIMIT {
+        if !ops.is_empty()
+            && annotation_bytes(working.as_ref().unwrap_or(obj), kind) > ANNOTATIONS_LIMIT
+        {
             return Err("stamping would push the annotations past 256 KiB".into());
         }
         Ok(ops)

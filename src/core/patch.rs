@@ -98,7 +98,19 @@ fn container_pointer(kind: WorkloadKind, container: usize) -> PointerBuf {
 }
 
 fn get<'a>(obj: &'a Value, ptr: &PointerBuf) -> Option<&'a Value> {
-    obj.pointer(ptr.as_str()).filter(|v| !v.is_null())
+    // Walks decoded tokens directly: serde_json's `pointer` allocates for every token.
+    ptr.tokens()
+        .try_fold(obj, |node, token| match node {
+            Value::Object(m) => m.get(token.decoded().as_ref()),
+            Value::Array(a) => token
+                .to_index()
+                .ok()?
+                .for_len(a.len())
+                .ok()
+                .and_then(|i| a.get(i)),
+            _ => None,
+        })
+        .filter(|v| !v.is_null())
 }
 
 /// The config-hashes map at a place, empty when absent or unparsable.
@@ -160,11 +172,24 @@ pub fn render(
     kind: WorkloadKind,
     changes: &[MarkerChange],
 ) -> Result<Vec<PatchOperation>, RenderError> {
+    if changes.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut working = obj.clone();
+    render_onto(&mut working, kind, changes)
+}
+
+/// Renders marker changes against `working` and applies them to it as it goes: the ops apply in
+/// order to the object `working` was, and `working` ends as the result.
+pub fn render_onto(
+    working: &mut Value,
+    kind: WorkloadKind,
+    changes: &[MarkerChange],
+) -> Result<Vec<PatchOperation>, RenderError> {
     let mut all = Vec::new();
     for change in changes {
-        let ops = render_one(&working, kind, change)?;
-        json_patch::patch(&mut working, &ops)?;
+        let ops = render_one(working, kind, change)?;
+        json_patch::patch(working, &ops)?;
         all.extend(ops);
     }
     Ok(all)

@@ -106,7 +106,7 @@ pub fn marker_place(cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Place 
 
 fn rollout_restart(cfg: &PlanConfig, obj: &Value) -> bool {
     let key = &cfg.policy.keys.rollout_strategy;
-    obj.pointer("/metadata/annotations")
+    refs::at(obj, "/metadata/annotations")
         .and_then(|a| a.get(key))
         .and_then(Value::as_str)
         == Some("restart")

@@ -118,17 +118,16 @@ fn string_map(v: Option<&Value>) -> impl Iterator<Item = (&String, &str)> {
 
 impl WorkloadPolicy {
     pub fn from_workload(keys: &AnnotationKeys, obj: &Value, kind: WorkloadKind) -> Self {
-        let wanted: BTreeSet<&str> = keys.workload_keys().collect();
         let pick = |v: Option<&Value>| {
             string_map(v)
-                .filter(|(k, _)| wanted.contains(k.as_str()))
+                .filter(|(k, _)| keys.workload_keys().any(|w| w == k.as_str()))
                 .map(|(k, v)| (k.clone(), v.to_string()))
                 .collect()
         };
         let template =
-            refs::pod_template(obj, kind).and_then(|t| t.pointer("/metadata/annotations"));
+            refs::pod_template(obj, kind).and_then(|t| refs::at(t, "/metadata/annotations"));
         Self {
-            metadata: pick(obj.pointer("/metadata/annotations")),
+            metadata: pick(refs::at(obj, "/metadata/annotations")),
             template: pick(template),
         }
     }

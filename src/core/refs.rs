@@ -23,8 +23,7 @@ pub struct ContainerRef {
 
 /// The pod template (`{metadata, spec}`) of a workload object, if it has one.
 pub fn pod_template(obj: &Value, kind: WorkloadKind) -> Option<&Value> {
-    obj.pointer(kind.template_pointer())
-        .filter(|t| t.is_object())
+    at(obj, kind.template_pointer()).filter(|t| t.is_object())
 }
 
 /// The pod spec of a workload object. A Rollout with `workloadRef` has none.
@@ -41,8 +40,17 @@ fn array<'a>(v: &'a Value, key: &str) -> &'a [Value] {
         .unwrap_or(&[])
 }
 
+/// `v.pointer(p)` for the simple pointers used here, without allocating (serde_json's `pointer`
+/// allocates per token, which dominated extraction time).
+pub fn at<'a>(v: &'a Value, pointer: &str) -> Option<&'a Value> {
+    pointer
+        .split('/')
+        .skip(1)
+        .try_fold(v, |node, token| node.get(token))
+}
+
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    v.pointer(pointer).and_then(Value::as_str)
+    at(v, pointer).and_then(Value::as_str)
 }
 
 /// Every resource a pod spec names anywhere, before the container rule of §1 filters them.
@@ -60,7 +68,8 @@ fn named_resources(spec: &Value) -> BTreeSet<ResourceRef> {
         add(ResourceKind::ConfigMap, str_at(vol, "/configMap/name"));
         add(ResourceKind::Secret, str_at(vol, "/secret/secretName"));
         for src in vol
-            .pointer("/projected/sources")
+            .get("projected")
+            .and_then(|p| p.get("sources"))
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -77,14 +86,14 @@ fn named_resources(spec: &Value) -> BTreeSet<ResourceRef> {
         .iter()
         .chain(array(spec, "initContainers"))
     {
-        for env in array(c, "env") {
+        for value_from in array(c, "env").iter().filter_map(|e| e.get("valueFrom")) {
             add(
                 ResourceKind::ConfigMap,
-                str_at(env, "/valueFrom/configMapKeyRef/name"),
+                str_at(value_from, "/configMapKeyRef/name"),
             );
             add(
                 ResourceKind::Secret,
-                str_at(env, "/valueFrom/secretKeyRef/name"),
+                str_at(value_from, "/secretKeyRef/name"),
             );
         }
         for from in array(c, "envFrom") {
@@ -134,7 +143,8 @@ fn volume_name<'a>(spec: &'a Value, kind: ResourceKind, name: &str) -> Option<&'
 }
 
 fn projected(vol: &Value) -> impl Iterator<Item = &Value> {
-    vol.pointer("/projected/sources")
+    vol.get("projected")
+        .and_then(|p| p.get("sources"))
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -148,16 +158,19 @@ fn mounts(container: &Value, volume: &str) -> bool {
 
 fn env_references(container: &Value, kind: ResourceKind, name: &str) -> bool {
     let (key_ref, from_ref) = match kind {
-        ResourceKind::ConfigMap => ("/valueFrom/configMapKeyRef/name", "/configMapRef/name"),
-        ResourceKind::Secret => ("/valueFrom/secretKeyRef/name", "/secretRef/name"),
+        ResourceKind::ConfigMap => ("configMapKeyRef", "configMapRef"),
+        ResourceKind::Secret => ("secretKeyRef", "secretRef"),
         ResourceKind::SecretProviderClass => return false,
     };
+    let named =
+        |v: Option<&Value>| v.and_then(|r| r.get("name")).and_then(Value::as_str) == Some(name);
+    // Direct lookups: most env entries are plain values, and this runs per entry per candidate.
     array(container, "env")
         .iter()
-        .any(|e| str_at(e, key_ref) == Some(name))
+        .any(|e| named(e.get("valueFrom").and_then(|v| v.get(key_ref))))
         || array(container, "envFrom")
             .iter()
-            .any(|e| str_at(e, from_ref) == Some(name))
+            .any(|e| named(e.get(from_ref)))
 }
 
 fn container_ref(containers: &[Value], index: usize) -> Option<ContainerRef> {
