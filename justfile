@@ -42,9 +42,12 @@ cluster-down:
 cluster-status:
     e2e/scripts/cluster.sh status
 
-# Criterion micro-benchmarks.
-bench:
+# Criterion micro-benchmarks, then the load scenarios against the local control plane
+# (report in bench/results/report.{json,md}; sizes via REKINDLE_BENCH_* variables, see e2e/src/bin/load.rs).
+bench: cluster-up
     cargo bench --bench core
+    cargo build --release --bin rekindle
+    REKINDLE_BIN=target/release/rekindle cargo run --release -p e2e --bin load
 
 # Run rekindle in the foreground against the local control plane (extra FLAGS are passed on).
 serve-local *FLAGS: cluster-up
