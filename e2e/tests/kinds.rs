@@ -283,3 +283,50 @@ async fn argo_rollout_restart_and_workload_ref() -> Result<()> {
     rk.stop().await?;
     ns.cleanup().await
 }
+
+#[tokio::test]
+async fn deployment_config_is_reloaded_when_the_api_is_served() -> Result<()> {
+    let client = admin_client().await?;
+    let crd = std::fs::read_to_string(
+        e2e::root().join("e2e/fixtures/crds/openshift-deploymentconfig.yaml"),
+    )?;
+    apply_yaml(&client, None, &crd).await?;
+    let ns = TestNamespace::new(&client, "e2e-dc").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let dcs = wait_for("the DeploymentConfig CRD to be served", TIMEOUT, || async {
+        Ok(dynamic_api(
+            &client,
+            "apps.openshift.io/v1",
+            "DeploymentConfig",
+            Some(&ns.name),
+        )
+        .await
+        .ok())
+    })
+    .await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        json!({"apiVersion": "apps.openshift.io/v1", "kind": "DeploymentConfig",
+        "metadata": {"name": "legacy", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"replicas": 1, "selector": {"app": "x"}, "template": pod_template()}}),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let h2 = change_cm(&client, &ns.name, "changed").await?;
+    wait_for(
+        "the DeploymentConfig's template to carry the new hash",
+        TIMEOUT,
+        || async {
+            let dc = get_json(&dcs, "legacy").await?;
+            Ok(
+                (dc.pointer("/spec/template/spec/containers/0/env/0/value") == Some(&json!(h2)))
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
+    rk.stop().await?;
+    ns.cleanup().await
+}

@@ -18,7 +18,10 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
 
 fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -35,7 +38,11 @@ fn summary(mut ms: Vec<f64>) -> Value {
 }
 
 fn deployment(name: &str, cm: &str, annotated: bool) -> Deployment {
-    let annotations = if annotated { json!({"reloader.stakater.com/auto": "true"}) } else { json!({}) };
+    let annotations = if annotated {
+        json!({"reloader.stakater.com/auto": "true"})
+    } else {
+        json!({})
+    };
     serde_json::from_value(json!({"metadata": {"name": name, "annotations": annotations},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
             "spec": {"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": cm}}]}]}}}}))
@@ -50,9 +57,15 @@ async fn create_pairs(client: &Client, ns: &str, n: usize, annotated: bool) -> R
         .map(|i| {
             let (cms, ds, pp) = (cms.clone(), ds.clone(), pp.clone());
             async move {
-                let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "0"}}))?;
+                let cm: ConfigMap = serde_json::from_value(
+                    json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "0"}}),
+                )?;
                 cms.create(&pp, &cm).await?;
-                ds.create(&pp, &deployment(&format!("d-{i}"), &format!("cm-{i}"), annotated)).await?;
+                ds.create(
+                    &pp,
+                    &deployment(&format!("d-{i}"), &format!("cm-{i}"), annotated),
+                )
+                .await?;
                 anyhow::Ok(())
             }
         })
@@ -65,7 +78,10 @@ async fn create_pairs(client: &Client, ns: &str, n: usize, annotated: bool) -> R
 }
 
 /// A watch of Deployments in `ns` reporting (name, template env hash) changes with their arrival time.
-fn template_watch(client: &Client, ns: &str) -> tokio::sync::mpsc::UnboundedReceiver<(String, String, Instant)> {
+fn template_watch(
+    client: &Client,
+    ns: &str,
+) -> tokio::sync::mpsc::UnboundedReceiver<(String, String, Instant)> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
     tokio::spawn(async move {
@@ -73,7 +89,11 @@ fn template_watch(client: &Client, ns: &str) -> tokio::sync::mpsc::UnboundedRece
         while let Some(Ok(ev)) = stream.next().await {
             if let Event::Apply(d) | Event::InitApply(d) = ev {
                 let v = serde_json::to_value(&d).unwrap_or_default();
-                let marker = v.pointer("/spec/template/spec/containers/0/env/0/value").and_then(Value::as_str).unwrap_or("").to_string();
+                let marker = v
+                    .pointer("/spec/template/spec/containers/0/env/0/value")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
                 let _ = tx.send((d.name_any(), marker, Instant::now()));
             }
         }
@@ -85,7 +105,15 @@ fn template_watch(client: &Client, ns: &str) -> tokio::sync::mpsc::UnboundedRece
 async fn s1(client: &Client, debounce: &str, pairs: usize, updates: usize) -> Result<Value> {
     let ns = TestNamespace::new(client, "bench-s1").await?;
     create_pairs(client, &ns.name, pairs, true).await?;
-    let rk = Rekindle::start(client, &[&ns.name], Options { args: &[&format!("--reload-debounce={debounce}")], ..Default::default() }).await?;
+    let rk = Rekindle::start(
+        client,
+        &[&ns.name],
+        Options {
+            args: &[&format!("--reload-debounce={debounce}")],
+            ..Default::default()
+        },
+    )
+    .await?;
     let mut rx = template_watch(client, &ns.name);
     tokio::time::sleep(Duration::from_secs(2)).await;
     while rx.try_recv().is_ok() {}
@@ -93,7 +121,13 @@ async fn s1(client: &Client, debounce: &str, pairs: usize, updates: usize) -> Re
     let mut latencies = Vec::new();
     for u in 0..updates {
         let i = (u * 7919) % pairs;
-        let cm = cms.patch(&format!("cm-{i}"), &PatchParams::default(), &Patch::Merge(&json!({"data": {"v": format!("u{u}")}}))).await?;
+        let cm = cms
+            .patch(
+                &format!("cm-{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"data": {"v": format!("u{u}")}})),
+            )
+            .await?;
         let accepted = Instant::now();
         let want = rekindle::core::hash::configmap_hash_typed(&cm);
         let target = format!("d-{i}");
@@ -111,7 +145,9 @@ async fn s1(client: &Client, debounce: &str, pairs: usize, updates: usize) -> Re
         .context("a reload was not seen within 30 s")?;
         latencies.push(seen.saturating_duration_since(accepted).as_secs_f64() * 1000.0);
     }
-    let reloads = rk.metric("reloader_reload_executed_total{success=\"true\"}").await?;
+    let reloads = rk
+        .metric("reloader_reload_executed_total{success=\"true\"}")
+        .await?;
     rk.stop().await?;
     ns.cleanup().await?;
     let mut s = summary(latencies);
@@ -133,7 +169,12 @@ async fn s1_baseline(client: &Client, pairs: usize, updates: usize) -> Result<Va
         let value = format!("v{u}");
         let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "env": [{"name": "X", "value": value}]}]}}}});
         let start = Instant::now();
-        ds.patch(&format!("d-{i}"), &PatchParams::default(), &Patch::Strategic(&patch)).await?;
+        ds.patch(
+            &format!("d-{i}"),
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await?;
         let target = format!("d-{i}");
         let seen = tokio::time::timeout(Duration::from_secs(30), async {
             while let Some((name, marker, at)) = rx.recv().await {
@@ -154,16 +195,33 @@ async fn s1_baseline(client: &Client, pairs: usize, updates: usize) -> Result<Va
 }
 
 async fn request_counts(client: &Client) -> Result<BTreeMap<String, f64>> {
-    let text = client.request_text(http::Request::get("/metrics").body(Vec::new())?).await?;
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
     let mut out = BTreeMap::new();
-    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
         let (labels, value) = line.rsplit_once(' ').unwrap_or((line, "0"));
-        let get = |k: &str| labels.split(&format!("{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_string();
+        let get = |k: &str| {
+            labels
+                .split(&format!("{k}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string()
+        };
         let resource = get("resource");
-        if !matches!(resource.as_str(), "deployments" | "configmaps" | "statefulsets" | "daemonsets") || !get("subresource").is_empty() {
+        if !matches!(
+            resource.as_str(),
+            "deployments" | "configmaps" | "statefulsets" | "daemonsets"
+        ) || !get("subresource").is_empty()
+        {
             continue;
         }
-        *out.entry(format!("{} {}", get("verb"), resource)).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+        *out.entry(format!("{} {}", get("verb"), resource))
+            .or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
     }
     Ok(out)
 }
@@ -174,14 +232,28 @@ async fn s3(client: &Client, workloads: usize) -> Result<Value> {
     let t = Instant::now();
     create_pairs(client, &ns.name, workloads, true).await?;
     let setup_s = t.elapsed().as_secs_f64();
-    let rk = Rekindle::start(client, &[&ns.name], Options { args: &["--reload-debounce=0"], ..Default::default() }).await?;
+    let rk = Rekindle::start(
+        client,
+        &[&ns.name],
+        Options {
+            args: &["--reload-debounce=0"],
+            ..Default::default()
+        },
+    )
+    .await?;
     let mut rx = template_watch(client, &ns.name);
     tokio::time::sleep(Duration::from_secs(5)).await;
     while rx.try_recv().is_ok() {}
     let before = request_counts(client).await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     let target = workloads / 2;
-    let cm = cms.patch(&format!("cm-{target}"), &PatchParams::default(), &Patch::Merge(&json!({"data": {"v": "changed"}}))).await?;
+    let cm = cms
+        .patch(
+            &format!("cm-{target}"),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"v": "changed"}})),
+        )
+        .await?;
     let accepted = Instant::now();
     let want = rekindle::core::hash::configmap_hash_typed(&cm);
     let name = format!("d-{target}");
@@ -199,12 +271,18 @@ async fn s3(client: &Client, workloads: usize) -> Result<Value> {
     .context("the needle was not reloaded")?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = request_counts(client).await?;
-    let delta: BTreeMap<String, f64> = after.iter().map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0))).filter(|(_, d)| *d > 0.0).collect();
+    let delta: BTreeMap<String, f64> = after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d > 0.0)
+        .collect();
     rk.stop().await?;
     ns.cleanup().await?;
-    Ok(json!({"workloads": workloads, "configmaps": workloads, "setup_s": setup_s,
+    Ok(
+        json!({"workloads": workloads, "configmaps": workloads, "setup_s": setup_s,
         "latency_ms": seen.saturating_duration_since(accepted).as_secs_f64() * 1000.0,
-        "api_requests_during_change": delta}))
+        "api_requests_during_change": delta}),
+    )
 }
 
 #[tokio::main]
@@ -231,15 +309,39 @@ async fn main() -> Result<()> {
     });
     let dir = e2e::root().join("bench/results");
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
-    let row = |label: &str, v: &Value| format!("| {label} | {} | {:.1} | {:.1} | {:.1} |\n", v["n"], v["p50_ms"].as_f64().unwrap_or(f64::NAN), v["p95_ms"].as_f64().unwrap_or(f64::NAN), v["p99_ms"].as_f64().unwrap_or(f64::NAN));
+    std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(&report)?,
+    )?;
+    let row = |label: &str, v: &Value| {
+        format!(
+            "| {label} | {} | {:.1} | {:.1} | {:.1} |\n",
+            v["n"],
+            v["p50_ms"].as_f64().unwrap_or(f64::NAN),
+            v["p95_ms"].as_f64().unwrap_or(f64::NAN),
+            v["p99_ms"].as_f64().unwrap_or(f64::NAN)
+        )
+    };
     let mut md = format!("# Load scenarios\n\nKubernetes {version}, {} — a shared, noisy machine: read medians and ratios.\n\n", report["machine"].as_str().unwrap_or(""));
     md += &format!("## S1 latency: {pairs} ConfigMaps ↔ {pairs} Deployments, {updates} updates\n\nFrom the update's acceptance to the new template in a watch.\n\n| | n | p50 ms | p95 ms | p99 ms |\n|---|---|---|---|---|\n");
-    md += &row("rekindle, --reload-debounce=0", &report["s1_latency"]["debounce_0"]);
-    md += &row("rekindle, default debounce (250ms)", &report["s1_latency"]["debounce_250ms"]);
-    md += &row("bare client PATCHing the template (limit)", &report["s1_latency"]["bare_client_baseline"]);
+    md += &row(
+        "rekindle, --reload-debounce=0",
+        &report["s1_latency"]["debounce_0"],
+    );
+    md += &row(
+        "rekindle, default debounce (250ms)",
+        &report["s1_latency"]["debounce_250ms"],
+    );
+    md += &row(
+        "bare client PATCHing the template (limit)",
+        &report["s1_latency"]["bare_client_baseline"],
+    );
     md += &format!("\n## S3 needle in a haystack: {s3_n} Deployments and {s3_n} ConfigMaps in one namespace, one changes\n\nLatency {:.1} ms. API requests during the change (apiserver_request_total delta, all clients, main resources):\n\n| verb resource | requests |\n|---|---|\n", report["s3_needle"]["latency_ms"].as_f64().unwrap_or(f64::NAN));
-    for (k, v) in report["s3_needle"]["api_requests_during_change"].as_object().into_iter().flatten() {
+    for (k, v) in report["s3_needle"]["api_requests_during_change"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
         md += &format!("| {k} | {v} |\n");
     }
     std::fs::write(dir.join("report.md"), &md)?;
