@@ -258,6 +258,21 @@ impl Rekindle {
     }
 
     /// SIGTERM and wait; the process must exit 0.
+    /// The process's resident set size in bytes (from /proc).
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let pid = self.child.as_ref()?.id()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kb * 1024)
+    }
+
     pub async fn terminate(&mut self) -> Result<()> {
         if let Some(mut child) = self.child.take() {
             if let Some(pid) = child.id() {

@@ -285,6 +285,67 @@ async fn s3(client: &Client, workloads: usize) -> Result<Value> {
     )
 }
 
+/// S4 + S6: memory against the bytes of data watched, and start-up time to /ready.
+async fn s4(client: &Client, secrets: usize, configmaps: usize, workloads: usize) -> Result<Value> {
+    use k8s_openapi::api::core::v1::Secret;
+    let ns = TestNamespace::new(client, "bench-s4").await?;
+    let secret_api: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let payload = "s".repeat(8 * 1024);
+    futures::stream::iter(0..secrets)
+        .map(|i| {
+            let (api, payload) = (secret_api.clone(), payload.clone());
+            async move {
+                let s: Secret = serde_json::from_value(json!({"metadata": {"name": format!("s-{i}")}, "stringData": {"blob": payload}}))?;
+                api.create(&PostParams::default(), &s).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    create_pairs(client, &ns.name, workloads, true).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    for i in workloads..configmaps.max(workloads) {
+        let cm: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "x".repeat(1024)}}),
+        )?;
+        cms.create(&PostParams::default(), &cm).await?;
+    }
+    let data_bytes = secrets * 8 * 1024 + configmaps.max(workloads) * 1024;
+    let started = Instant::now();
+    let rk = Rekindle::start(
+        client,
+        &[&ns.name],
+        Options {
+            webhook: false,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let startup_s = started.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss_synced = rk.rss_bytes().unwrap_or(0);
+    for c in 0..200usize {
+        let i = (c * 7919) % workloads;
+        cms.patch(
+            &format!("cm-{i}"),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"v": format!("m{c}")}})),
+        )
+        .await?;
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let rss_after = rk.rss_bytes().unwrap_or(0);
+    rk.stop().await?;
+    ns.cleanup().await?;
+    Ok(
+        json!({"secrets": secrets, "configmaps": configmaps.max(workloads), "workloads": workloads, "data_bytes": data_bytes,
+        "startup_to_ready_s": startup_s, "rss_after_sync_bytes": rss_synced, "rss_after_200_changes_bytes": rss_after}),
+    )
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -300,12 +361,25 @@ async fn main() -> Result<()> {
     let base = s1_baseline(&client, pairs, updates).await?;
     eprintln!("S3 ({s3_n} Deployments + ConfigMaps) …");
     let s3 = s3(&client, s3_n).await?;
+    let mut s4_runs = Vec::new();
+    for secrets in env_usize("REKINDLE_BENCH_S4_SECRETS", 4000)
+        .to_string()
+        .split(',')
+        .filter_map(|v| v.parse::<usize>().ok())
+    {
+        for fraction in [4usize, 2, 1] {
+            let n = secrets / fraction;
+            eprintln!("S4/S6 ({n} Secrets of 8 KiB) …");
+            s4_runs.push(s4(&client, n, 1000, 200).await?);
+        }
+    }
     let version = client.apiserver_version().await?.git_version;
     let report = json!({
         "kubernetes": version,
         "machine": format!("{} cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)),
         "s1_latency": {"debounce_0": s1_zero, "debounce_250ms": s1_default, "bare_client_baseline": base},
         "s3_needle": s3,
+        "s4_memory_s6_startup": s4_runs,
     });
     let dir = e2e::root().join("bench/results");
     std::fs::create_dir_all(&dir)?;
@@ -343,6 +417,22 @@ async fn main() -> Result<()> {
         .flatten()
     {
         md += &format!("| {k} | {v} |\n");
+    }
+    md += "\n## S4 memory and S6 start-up: Secrets of 8 KiB, 1,000 ConfigMaps, 200 Deployments\n\nRSS of rekindle (release build) against the bytes of data it watches; start-up is process start to `/ready`.\n\n| Secrets | data watched MiB | start-up to /ready s | RSS after sync MiB | RSS after 200 changes MiB |\n|---|---|---|---|---|\n";
+    for r in report["s4_memory_s6_startup"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let mib = |k: &str| r[k].as_f64().unwrap_or(0.0) / 1048576.0;
+        md += &format!(
+            "| {} | {:.1} | {:.2} | {:.1} | {:.1} |\n",
+            r["secrets"],
+            mib("data_bytes"),
+            r["startup_to_ready_s"].as_f64().unwrap_or(0.0),
+            mib("rss_after_sync_bytes"),
+            mib("rss_after_200_changes_bytes")
+        );
     }
     std::fs::write(dir.join("report.md"), &md)?;
     println!("{md}");
