@@ -336,6 +336,7 @@ async fn run(config: Config) -> Result<()> {
         );
         let interval = config.consistency_interval;
         let notify_only = config.webhook_url.is_some();
+        let replay_creates = config.sync_after_restart && config.plan.reload_on_create;
         let leadership = leadership.clone();
         tokio::spawn(async move {
             tokio::select! {
@@ -344,6 +345,16 @@ async fn run(config: Config) -> Result<()> {
             }
             tracing::info!(sizes = ?index.sizes(), "all watches synced; ready");
             metrics.ready.set(1);
+            if replay_creates && !notify_only {
+                // Reloader's --sync-after-restart replay: existing resources whose marker a workload
+                // lacks count as created.
+                let now = tokio::time::Instant::now();
+                for (key, r) in index.absent_markers() {
+                    if scope.namespace_in_scope(&key.namespace) {
+                        queue.push(key, r, crate::core::plan::Event::Create, now);
+                    }
+                }
+            }
             let mut consistency = tokio::time::interval_at(tokio::time::Instant::now(), interval);
             let mut gauges = tokio::time::interval(Duration::from_secs(5));
             let mut leader_check = tokio::time::interval(Duration::from_millis(500));

@@ -564,3 +564,47 @@ async fn min_reload_interval_merges_changes_into_one_reload() -> Result<()> {
     rk.stop().await?;
     ns.cleanup().await
 }
+
+#[tokio::test]
+async fn absent_markers_are_left_alone_unless_sync_after_restart_replays_them() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-sync").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    // Created while no rekindle runs: no marker.
+    apply_value(
+        &client,
+        Some(&ns.name),
+        deployment(
+            "web",
+            json!({"reloader.stakater.com/auto": "true"}),
+            "app-config",
+        ),
+    )
+    .await?;
+    let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        replica_sets(&client, &ns.name, "web").await?.len(),
+        1,
+        "an absent marker is left alone"
+    );
+    rk.terminate().await?;
+    rk.stop().await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--sync-after-restart", "--reload-on-create=true"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    wait_for("the replay to stamp web", TIMEOUT, || async {
+        Ok((replica_sets(&client, &ns.name, "web").await?.len() == 2).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(replica_sets(&client, &ns.name, "web").await?.len(), 2);
+    rk.stop().await?;
+    ns.cleanup().await
+}

@@ -374,6 +374,29 @@ impl Index {
         out
     }
 
+    /// Referenced resources that exist but whose marker the workload lacks (`--sync-after-restart` with
+    /// `--reload-on-create` treats these as created at start-up, as Reloader's replay does).
+    pub fn absent_markers(&self) -> Vec<(WorkloadKey, ResourceRef)> {
+        let state = self.read();
+        let mut out = Vec::new();
+        for (key, entry) in &state.workloads {
+            for r in entry
+                .refs
+                .iter()
+                .filter(|r| !entry.markers.contains_key(*r))
+            {
+                if state
+                    .resources
+                    .contains_key(&ResourceKey::new(r.kind, &key.namespace, &r.name))
+                {
+                    out.push((key.clone(), r.clone()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
     pub fn sizes(&self) -> IndexSizes {
         let state = self.read();
         IndexSizes {
@@ -562,5 +585,8 @@ mod tests {
                 }
             )]
         );
+        // The workload without a marker is what --sync-after-restart replays.
+        assert_eq!(index.absent_markers().len(), 1);
+        assert_eq!(index.absent_markers()[0].0.name, "c");
     }
 }
