@@ -14,6 +14,7 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{http as admission_http, Admission};
+use crate::alert::{AlertConfig, Alerter};
 use crate::cli::{Config, LogFormat};
 use crate::core::hash::{configmap_hash_typed, secret_hash_typed};
 use crate::core::{ResourceKind, WorkloadKind};
@@ -307,7 +308,7 @@ async fn run(config: Config) -> Result<()> {
             .ok()
             .or_else(|| hostname::get().ok().and_then(|h| h.into_string().ok())),
     };
-    let writer = Arc::new(Writer::new(
+    let mut writer = Writer::new(
         client.clone(),
         config.plan.clone(),
         index.clone(),
@@ -316,7 +317,12 @@ async fn run(config: Config) -> Result<()> {
         Recorder::new(client.clone(), reporter),
         config.max_concurrent_reloads,
         leadership.clone(),
-    ));
+    );
+    if let Some(alerts) = AlertConfig::from_env(|k| std::env::var(k).ok()) {
+        tracing::info!(sink = ?alerts.sink, "alerts after reloads on");
+        writer.alerter = Some(Alerter::start(alerts, metrics.clone())?);
+    }
+    let writer = Arc::new(writer);
     let writer_task = if config.webhook_url.is_some() {
         tracing::info!("--webhook-url: changes are POSTed there; no workload is touched");
         None

@@ -1,4 +1,5 @@
 pub mod admission;
+pub mod alert;
 pub mod app;
 pub mod cli;
 pub mod core;

@@ -190,48 +190,10 @@ async fn workloads_outside_the_watched_namespaces_are_untouched() -> Result<()> 
 
 #[tokio::test]
 async fn webhook_url_mode_posts_changes_and_touches_no_workload() -> Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let client = admin_client().await?;
     let ns = TestNamespace::new(&client, "e2e-notify").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
-    // A tiny HTTP receiver on 127.0.0.1 that records request bodies.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/hook", listener.local_addr()?);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    let Ok(n) = sock.read(&mut chunk).await else {
-                        return;
-                    };
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    let text = String::from_utf8_lossy(&buf).to_string();
-                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                        let len = head
-                            .lines()
-                            .find_map(|l| {
-                                l.to_ascii_lowercase()
-                                    .strip_prefix("content-length:")
-                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
-                            })
-                            .unwrap_or(0);
-                        if body.len() >= len {
-                            let _ = tx.send(body.to_string());
-                            let _ = sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
+    let (url, mut rx) = e2e::http_receiver().await?;
     let arg = format!("--webhook-url={url}");
     let rk = Rekindle::start(
         &client,
@@ -255,7 +217,7 @@ async fn webhook_url_mode_posts_changes_and_touches_no_workload() -> Result<()> 
     .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     change_cm(&client, &ns.name, "app-config", "notify").await?;
-    let body = tokio::time::timeout(TIMEOUT, rx.recv())
+    let (_, body) = tokio::time::timeout(TIMEOUT, rx.recv())
         .await?
         .expect("a notification");
     let payload: Value = serde_json::from_str(&body)?;
@@ -331,9 +293,10 @@ async fn csi_secret_provider_class_changes_reload_once() -> Result<()> {
     })
     .await?;
     let before = replica_sets(&client, &ns.name, "web").await?.len();
-    // Two pods' statuses move to v2: one new hash, one reload.
-    apply_value(&client, Some(&ns.name), spcps("pod-a", "v2")).await?;
-    apply_value(&client, Some(&ns.name), spcps("pod-b", "v2")).await?;
+    // Three pods' statuses move to v2: one new hash, one reload.
+    for pod in ["pod-a", "pod-b", "pod-c"] {
+        apply_value(&client, Some(&ns.name), spcps(pod, "v2")).await?;
+    }
     let h2 = rekindle::core::hash::spcps_hash("vault", [("secret/db", "v2")]);
     wait_for("web to carry the new SPC hash", TIMEOUT, || async {
         Ok((env(&get_json(&deployments, "web").await?) == Some(h2.clone())).then_some(()))
@@ -605,6 +568,66 @@ async fn absent_markers_are_left_alone_unless_sync_after_restart_replays_them() 
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(replica_sets(&client, &ns.name, "web").await?.len(), 2);
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn alerts_after_a_reload_use_reloaders_slack_payload() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-alert").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let (url, mut rx) = e2e::http_receiver().await?;
+    let env = [
+        ("ALERT_ON_RELOAD", "true"),
+        ("ALERT_SINK", "slack"),
+        ("ALERT_WEBHOOK_URL", url.as_str()),
+        ("ALERT_ADDITIONAL_INFO", "e2e-cluster"),
+    ];
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            env: &env,
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        deployment(
+            "web",
+            json!({"reloader.stakater.com/auto": "true"}),
+            "app-config",
+        ),
+    )
+    .await?;
+    change_cm(&client, &ns.name, "app-config", "alert").await?;
+    let (content_type, body) = tokio::time::timeout(TIMEOUT, rx.recv())
+        .await?
+        .expect("an alert");
+    assert!(
+        content_type.starts_with("application/json"),
+        "{content_type}"
+    );
+    let payload: Value = serde_json::from_str(&body)?;
+    let text = payload["attachments"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.starts_with(
+            "e2e-cluster : Reloader detected changes in *app-config* of type *CONFIGMAP*"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "reloaded *web* of type *Deployment* in namespace *{}*",
+            ns.name
+        )),
+        "{text}"
+    );
     rk.stop().await?;
     ns.cleanup().await
 }

@@ -121,6 +121,22 @@ async fn cronjob_job_mode_creates_one_job_and_keeps_markers_in_metadata() -> Res
         "exactly one Job, none for the suspended CronJob: {:?}",
         all.iter().map(|j| j.name_any()).collect::<Vec<_>>()
     );
+    let cj = get_json(&cronjobs, "nightly").await?;
+    assert!(
+        cj.pointer("/spec/jobTemplate/spec/template/spec/containers/0/env")
+            .is_none(),
+        "the CronJob's spec is unchanged"
+    );
+    // A restart of rekindle afterwards creates no second Job: the metadata markers are current.
+    let mut rk = rk;
+    rk.terminate().await?;
+    rk.restart().await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        jobs.list(&ListParams::default()).await?.items.len(),
+        1,
+        "no second Job after a restart"
+    );
     rk.stop().await?;
     ns.cleanup().await
 }

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::pause::{pause_ops, PauseDecision};
 use super::queue::{Pending, Queue};
+use crate::alert::{reload_message, Alerter};
 use crate::core::patch::{self, MarkerChange, Place};
 use crate::core::plan::{self, Action, Change, Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
@@ -45,6 +46,8 @@ pub struct Writer {
     pub max_concurrent: usize,
     /// Only the leader writes.
     pub leadership: Leadership,
+    /// Alerts after each reload (`ALERT_ON_RELOAD`).
+    pub alerter: Option<Arc<Alerter>>,
     /// (workload, annotation value) pairs already reported as invalid: one Warning Event each.
     warned: Mutex<HashSet<(WorkloadKey, String)>>,
 }
@@ -178,6 +181,7 @@ impl Writer {
             recorder,
             max_concurrent,
             leadership,
+            alerter: None,
             warned: Mutex::default(),
         }
     }
@@ -363,6 +367,15 @@ impl Writer {
                     tracing::info!(resource = %r.name, kind = %r.kind, action = ?action, "reloaded");
                     self.publish(key, uid.as_deref(), EventType::Normal, "Reloaded", note)
                         .await;
+                    if let Some(alerter) = &self.alerter {
+                        alerter.alert(reload_message(
+                            &r.name,
+                            r.kind.env_suffix(),
+                            &key.namespace,
+                            &key.name,
+                            key.kind.name(),
+                        ));
+                    }
                 }
                 Outcome::Reloaded
             }
