@@ -10,8 +10,6 @@ use anyhow::{Context, Result};
 use axum::body::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Uri};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -109,13 +107,7 @@ impl Alerter {
         if std::env::var("ALERT_WEBHOOK_PROXY").is_ok_and(|p| !p.trim().is_empty()) {
             tracing::warn!("ALERT_WEBHOOK_PROXY is not supported; alerts are sent directly");
         }
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
-            .context("loading the system's root certificates")?
-            .https_or_http()
-            .enable_http1()
-            .build();
-        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(https);
+        let client = crate::notify::http_client()?;
         let (tx, mut rx) = mpsc::channel::<String>(QUEUE);
         let worker_metrics = metrics.clone();
         tokio::spawn(async move {

@@ -24,24 +24,31 @@ const ATTEMPTS: u32 = 5;
 
 pub struct Notifier {
     url: Uri,
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: HttpClient,
     metrics: Arc<Metrics>,
 }
+
+/// An HTTP(S) client for outgoing notifications, trusting the system's root certificates.
+pub fn http_client() -> Result<HttpClient> {
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_native_roots()
+        .context("loading the system's root certificates")?
+        .https_or_http()
+        .enable_http1()
+        .build();
+    Ok(Client::builder(TokioExecutor::new()).build(https))
+}
+
+pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 impl Notifier {
     pub fn new(url: &str, metrics: Arc<Metrics>) -> Result<Arc<Self>> {
         let url: Uri = url
             .parse()
             .with_context(|| format!("--webhook-url {url:?} is not a URL"))?;
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
-            .context("loading the system's root certificates")?
-            .https_or_http()
-            .enable_http1()
-            .build();
         Ok(Arc::new(Self {
             url,
-            client: Client::builder(TokioExecutor::new()).build(https),
+            client: http_client()?,
             metrics,
         }))
     }
