@@ -54,7 +54,10 @@ fn arb_json() -> impl Strategy<Value = Value> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(3000),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn core_never_panics_on_arbitrary_objects(obj in arb_json(), annotations in any::<bool>(), kind_i in 0usize..7) {
