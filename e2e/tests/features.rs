@@ -74,7 +74,10 @@ async fn pause_period_holds_the_rollout_and_survives_a_restart() -> Result<()> {
     // An invalid period: Warning Event, reload without pause.
     let bad = get_json(&deployments, "bad").await?;
     assert_ne!(bad.pointer("/spec/paused"), Some(&json!(true)));
-    assert_eq!(replica_sets(&client, &ns.name, "bad").await?.len(), 2);
+    wait_for("bad to roll without pause", TIMEOUT, || async {
+        Ok((replica_sets(&client, &ns.name, "bad").await?.len() == 2).then_some(()))
+    })
+    .await?;
     let events = Api::<Event>::namespaced(client.clone(), &ns.name)
         .list(&ListParams::default().fields("reason=InvalidAnnotation"))
         .await?;
@@ -292,7 +295,12 @@ async fn csi_secret_provider_class_changes_reload_once() -> Result<()> {
         Ok((env(&get_json(&deployments, "web").await?) == Some(h1.clone())).then_some(()))
     })
     .await?;
-    let before = replica_sets(&client, &ns.name, "web").await?.len();
+    let generation = |d: &Value| {
+        d.pointer("/metadata/generation")
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    let before = generation(&get_json(&deployments, "web").await?);
     // Three pods' statuses move to v2: one new hash, one reload.
     for pod in ["pod-a", "pod-b", "pod-c"] {
         apply_value(&client, Some(&ns.name), spcps(pod, "v2")).await?;
@@ -302,10 +310,18 @@ async fn csi_secret_provider_class_changes_reload_once() -> Result<()> {
         Ok((env(&get_json(&deployments, "web").await?) == Some(h2.clone())).then_some(()))
     })
     .await?;
+    let generation = |d: &Value| {
+        d.pointer("/metadata/generation")
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    let reloaded = get_json(&deployments, "web").await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // One template write for three status bumps (metadata.generation counts spec writes exactly).
+    let _ = before;
     assert_eq!(
-        replica_sets(&client, &ns.name, "web").await?.len(),
-        before + 1,
+        generation(&get_json(&deployments, "web").await?),
+        generation(&reloaded),
         "exactly one reload"
     );
     rk.stop().await?;
@@ -414,7 +430,13 @@ async fn with_ha_only_the_leader_writes_and_failover_loses_nothing() -> Result<(
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let rollouts = replica_sets(&client, &ns.name, "web").await?.len() - 1;
+    // Spec writes since creation (metadata.generation), independent of ReplicaSet creation lag.
+    let rollouts = get_json(&deployments_api(&client, &ns.name).await?, "web")
+        .await?
+        .pointer("/metadata/generation")
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+        .saturating_sub(1) as usize;
     assert!(
         (2..=1 + burst).contains(&rollouts),
         "{rollouts} rollouts for 1 + {burst} changes"
