@@ -109,10 +109,13 @@ KC
     --authentication-kubeconfig "$kc" --authorization-kubeconfig "$kc" --leader-elect=false \
     --bind-address 127.0.0.1 --secure-port 0 --root-ca-file "$PKI/ca.crt" \
     --service-account-private-key-file "$PKI/sa.key" --use-service-account-credentials=false \
-    --controllers '*,-nodeipam,-nodelifecycle,-service-lb-controller,-cloud-node-lifecycle'
+    --controllers '*,-nodeipam,-nodelifecycle,-service-lb-controller,-cloud-node-lifecycle' \
+    --kube-api-qps 500 --kube-api-burst 1000
+  # The default client rate limits (20 and 50 QPS) make ReplicaSets lag far behind a test that rolls
+  # dozens of Deployments at once.
   start kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$kc" \
     --authentication-kubeconfig "$kc" --authorization-kubeconfig "$kc" --leader-elect=false \
-    --bind-address 127.0.0.1 --secure-port 0
+    --bind-address 127.0.0.1 --secure-port 0 --kube-api-qps 500 --kube-api-burst 1000
 
   local stages
   stages="$(cd "$ROOT" && go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)",*/\1/p')/kustomize/stage"

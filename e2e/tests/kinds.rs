@@ -12,7 +12,7 @@ use kube::{Api, Client, ResourceExt};
 use rekindle::core::hash::configmap_hash_typed;
 use serde_json::{json, Value};
 
-const TIMEOUT: Duration = Duration::from_secs(30);
+const TIMEOUT: Duration = Duration::from_secs(60);
 const CM: &str =
     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-config}\ndata: {greeting: hello}\n";
 

@@ -13,7 +13,7 @@ use kube::{Api, Client};
 use rekindle::core::hash::{configmap_hash_typed, secret_hash_typed};
 use serde_json::{json, Value};
 
-const TIMEOUT: Duration = Duration::from_secs(30);
+const TIMEOUT: Duration = Duration::from_secs(60);
 /// How long "nothing else happens" is watched for.
 const QUIET: Duration = Duration::from_secs(3);
 
