@@ -101,6 +101,24 @@ fn template_watch(
     rx
 }
 
+/// Waits for the watch to show `name` carrying `marker`; the time it arrived.
+async fn seen(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String, Instant)>,
+    name: &str,
+    marker: &str,
+    timeout: Duration,
+) -> Option<Instant> {
+    let wait = async {
+        while let Some((n, m, at)) = rx.recv().await {
+            if n == name && m == marker {
+                return Some(at);
+            }
+        }
+        None
+    };
+    tokio::time::timeout(timeout, wait).await.ok().flatten()
+}
+
 /// S1: latency from a ConfigMap update's acceptance to the new template in a Deployment watch.
 async fn s1(client: &Client, debounce: &str, pairs: usize, updates: usize) -> Result<Value> {
     let ns = TestNamespace::new(client, "bench-s1").await?;
@@ -131,18 +149,9 @@ async fn s1(client: &Client, debounce: &str, pairs: usize, updates: usize) -> Re
         let accepted = Instant::now();
         let want = rekindle::core::hash::configmap_hash_typed(&cm);
         let target = format!("d-{i}");
-        let seen = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some((name, marker, at)) = rx.recv().await {
-                if name == target && marker == want {
-                    return Some(at);
-                }
-            }
-            None
-        })
-        .await
-        .ok()
-        .flatten()
-        .context("a reload was not seen within 30 s")?;
+        let seen = seen(&mut rx, &target, &want, Duration::from_secs(30))
+            .await
+            .context("a reload was not seen within 30 s")?;
         latencies.push(seen.saturating_duration_since(accepted).as_secs_f64() * 1000.0);
     }
     let reloads = rk
@@ -176,18 +185,9 @@ async fn s1_baseline(client: &Client, pairs: usize, updates: usize) -> Result<Va
         )
         .await?;
         let target = format!("d-{i}");
-        let seen = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some((name, marker, at)) = rx.recv().await {
-                if name == target && marker == value {
-                    return Some(at);
-                }
-            }
-            None
-        })
-        .await
-        .ok()
-        .flatten()
-        .context("own patch not seen")?;
+        let seen = seen(&mut rx, &target, &value, Duration::from_secs(30))
+            .await
+            .context("own patch not seen")?;
         latencies.push(seen.saturating_duration_since(start).as_secs_f64() * 1000.0);
     }
     ns.cleanup().await?;
@@ -257,18 +257,9 @@ async fn s3(client: &Client, workloads: usize) -> Result<Value> {
     let accepted = Instant::now();
     let want = rekindle::core::hash::configmap_hash_typed(&cm);
     let name = format!("d-{target}");
-    let seen = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some((n, marker, at)) = rx.recv().await {
-            if n == name && marker == want {
-                return Some(at);
-            }
-        }
-        None
-    })
-    .await
-    .ok()
-    .flatten()
-    .context("the needle was not reloaded")?;
+    let seen = seen(&mut rx, &name, &want, Duration::from_secs(60))
+        .await
+        .context("the needle was not reloaded")?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = request_counts(client).await?;
     let delta: BTreeMap<String, f64> = after
