@@ -172,7 +172,10 @@ async fn run(config: Config) -> Result<()> {
     let webhook_task = match (&config.tls_cert_file, &config.tls_key_file) {
         (Some(cert), Some(key)) => {
             let certs = tls::ReloadingCert::new(cert, key)?;
-            let tls_config = tls::server_config(certs.clone(), config.tls_min_version)?;
+            let tls_config =
+                tls::server_config(certs.clone(), config.tls_min_version, config.webhook_http2)?;
+            let cert_expiry = metrics.tls_cert_not_after.clone();
+            cert_expiry.set(certs.not_after().unwrap_or(0));
             let listener = bind(config.webhook_addr)
                 .await
                 .with_context(|| format!("binding --webhook-addr {}", config.webhook_addr))?;
@@ -182,7 +185,11 @@ async fn run(config: Config) -> Result<()> {
                 let mut tick = tokio::time::interval(Duration::from_secs(10));
                 loop {
                     tokio::select! {
-                        _ = tick.tick() => { certs.refresh(); }
+                        _ = tick.tick() => {
+                            if certs.refresh() {
+                                cert_expiry.set(certs.not_after().unwrap_or(0));
+                            }
+                        }
                         _ = refresh_shutdown.cancelled() => break,
                     }
                 }
@@ -398,6 +405,10 @@ async fn run(config: Config) -> Result<()> {
     tracing::info!("shutting down: failing readiness, draining");
     health.set_ready(false);
     metrics.ready.set(0);
+    if webhook_task.is_some() && !config.shutdown_delay.is_zero() {
+        // Endpoints drop an unready Pod a few seconds late; keep answering the apiserver until then.
+        tokio::time::sleep(config.shutdown_delay).await;
+    }
     shutdown.cancel();
     if let Some(t) = writer_task {
         let _ = t.await;

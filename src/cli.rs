@@ -37,6 +37,19 @@ pub enum Command {
     Hash(HashArgs),
     /// Say whether a workload would reload for a change of a resource, why, and what rekindle would change.
     Explain(Box<ExplainArgs>),
+    /// Probe the admin server (for container probes and `helm test`; the image has no curl): GET each URL
+    /// and exit 0 only when every one answers 2xx.
+    Healthcheck(HealthcheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HealthcheckArgs {
+    /// URL to GET (repeatable).
+    #[arg(long = "url", default_values = ["http://127.0.0.1:9090/ready"])]
+    pub urls: Vec<String>,
+    /// Give up on each URL after this many seconds.
+    #[arg(long, default_value_t = 5)]
+    pub timeout_seconds: u64,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -222,6 +235,14 @@ pub struct ServerArgs {
     /// Lowest TLS version the webhook accepts: 1.2 or 1.3.
     #[arg(long, default_value = "1.3")]
     pub tls_min_version: String,
+    /// Offer HTTP/2 on the webhook port as well as HTTP/1.1 (off: one request per stream keeps a
+    /// misbehaving client from multiplexing thousands of requests over one connection).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub webhook_http2: bool,
+    /// After SIGTERM, how long the webhook keeps serving with readiness failed, so the Service's
+    /// endpoints drop this Pod before it stops answering.
+    #[arg(long, default_value = "5s")]
+    pub shutdown_delay: String,
     /// Kubeconfig file (default: in-cluster, then KUBECONFIG, then ~/.kube/config).
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
@@ -276,6 +297,8 @@ pub struct Config {
     pub tls_cert_file: Option<PathBuf>,
     pub tls_key_file: Option<PathBuf>,
     pub tls_min_version: TlsVersion,
+    pub webhook_http2: bool,
+    pub shutdown_delay: Duration,
     pub kubeconfig: Option<PathBuf>,
 }
 
@@ -608,6 +631,8 @@ impl Config {
             tls_cert_file: args.tls_cert_file.clone(),
             tls_key_file: args.tls_key_file.clone(),
             tls_min_version,
+            webhook_http2: args.webhook_http2,
+            shutdown_delay: duration("shutdown-delay", &args.shutdown_delay)?,
             kubeconfig: args.kubeconfig.clone(),
         };
         Ok((config, warnings))

@@ -35,6 +35,10 @@ fn main() -> ExitCode {
                 args.output,
             )
         }
+        Some(Command::Healthcheck(args)) => rekindle::tools::run_healthcheck(
+            &args.urls,
+            std::time::Duration::from_secs(args.timeout_seconds),
+        ),
         None => {
             let config = match config_or_exit(&cli.server) {
                 Ok(c) => c,

@@ -3,6 +3,11 @@
 //! `local` writes, into a directory, everything a local control plane and a host-run webhook need: a CA,
 //! the apiserver's serving certificate, an admin client certificate, a service-account key pair and
 //! serving certificates for the webhook. It is idempotent: a file that is still valid is left untouched.
+//!
+//! `cluster` keeps the webhook's TLS and CA Secrets and the webhook configuration's caBundle in a
+//! cluster without cert-manager; `cleanup` removes the webhook configuration (Helm's pre-delete hook).
+
+mod cluster;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -57,6 +62,73 @@ enum Cmd {
         #[arg(long, default_value_t = 365)]
         days: i64,
     },
+    /// Ensure the webhook's TLS Secret and CA Secret (kubernetes.io/tls, labelled
+    /// app.kubernetes.io/managed-by=certs-gen) and the caBundle of the MutatingWebhookConfiguration.
+    /// A valid certificate is left alone: no write.
+    Cluster {
+        /// Namespace of the Service and the Secrets.
+        #[arg(long, env = "POD_NAMESPACE")]
+        namespace: String,
+        /// The webhook's Service; the certificate covers svc, svc.ns, svc.ns.svc, svc.ns.svc.DOMAIN.
+        #[arg(long, default_value = "rekindle")]
+        service: String,
+        /// TLS Secret mounted by the server (tls.crt, tls.key, ca.crt).
+        #[arg(long, default_value = "rekindle-tls")]
+        secret: String,
+        /// Secret holding the CA key (never mounted).
+        #[arg(long, default_value = "rekindle-ca")]
+        ca_secret: String,
+        #[arg(long, default_value = "cluster.local")]
+        cluster_domain: String,
+        /// MutatingWebhookConfiguration whose caBundle is set.
+        #[arg(long, default_value = "rekindle")]
+        webhook_config: String,
+        /// Webhook entry inside it.
+        #[arg(long, default_value = "workloads.rekindle.io")]
+        webhook_name: String,
+        /// Validity of the serving certificate, in days (renewed 30 days before expiry).
+        #[arg(long, default_value_t = 365)]
+        days: i64,
+        /// `secrets` (before install), `ca-bundle` (after install) or `all`.
+        #[arg(long, value_enum, default_value = "all")]
+        phase: cluster::Phase,
+        /// Say what would be written, write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+    },
+    /// Delete the MutatingWebhookConfiguration (absent is fine).
+    Cleanup {
+        #[arg(long, default_value = "rekindle")]
+        webhook_config: String,
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+    },
+}
+
+/// In-cluster config, or the kubeconfig file given.
+async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no in-cluster config and no kubeconfig")?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+fn block_on<F: std::future::Future<Output = Result<()>>>(f: F) -> Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f)
 }
 
 /// Renew anything that expires within this margin.
@@ -320,8 +392,18 @@ fn local(out: &Path, webhook_hosts: &[String], days: i64) -> Result<()> {
     ensure_sa_keys(out, new_ca)
 }
 
-fn main() -> Result<()> {
-    match Cli::parse().command {
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse().command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("certs-gen: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Cmd) -> Result<()> {
+    match command {
         Cmd::Local {
             out,
             webhook_hosts,
@@ -343,6 +425,45 @@ fn main() -> Result<()> {
             };
             ensure_leaf(&out, &name, &ca, false, &cn, &orgs, &[], false, days)
         }
+        Cmd::Cluster {
+            namespace,
+            service,
+            secret,
+            ca_secret,
+            cluster_domain,
+            webhook_config,
+            webhook_name,
+            days,
+            phase,
+            dry_run,
+            kubeconfig,
+        } => block_on(async move {
+            let client = kube_client(kubeconfig.as_deref()).await?;
+            cluster::run(
+                client,
+                &cluster::ClusterArgs {
+                    namespace,
+                    service,
+                    secret,
+                    ca_secret,
+                    cluster_domain,
+                    webhook_config,
+                    webhook_name,
+                    days,
+                    phase,
+                    dry_run,
+                },
+            )
+            .await
+        }),
+        Cmd::Cleanup {
+            webhook_config,
+            dry_run,
+            kubeconfig,
+        } => block_on(async move {
+            let client = kube_client(kubeconfig.as_deref()).await?;
+            cluster::cleanup(client, &webhook_config, dry_run).await
+        }),
     }
 }
 

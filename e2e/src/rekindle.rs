@@ -140,7 +140,9 @@ impl Rekindle {
                 "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": self.namespaces}]},
                 "rules": [
                     {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["deployments", "statefulsets", "daemonsets"], "scope": "Namespaced"},
-                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["cronjobs", "jobs"], "scope": "Namespaced"}
+                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["cronjobs", "jobs"], "scope": "Namespaced"},
+                    {"apiGroups": ["argoproj.io"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"], "resources": ["rollouts"], "scope": "Namespaced"},
+                    {"apiGroups": ["apps.openshift.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["deploymentconfigs"], "scope": "Namespaced"}
                 ]
             }]
         }))?;
@@ -169,7 +171,8 @@ impl Rekindle {
             .arg(&self.kubeconfig)
             .arg(format!("--admin-addr=127.0.0.1:{}", self.admin_port))
             .arg(format!("--webhook-addr=127.0.0.1:{}", self.webhook_port))
-            .arg("--reload-debounce=250ms");
+            .arg("--reload-debounce=250ms")
+            .arg("--shutdown-delay=1s");
         if self.webhook {
             cmd.arg("--tls-cert-file")
                 .arg(pki.join("webhook.crt"))

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -23,6 +23,7 @@ pub fn router(admission: Arc<Admission>) -> Router {
 
 async fn mutate(
     State(admission): State<Arc<Admission>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -42,7 +43,21 @@ async fn mutate(
             .into_response();
     }
     // Large objects take a while to parse and stamp; keep that off the async workers.
-    let result = tokio::task::spawn_blocking(move || admission.review(&body)).await;
+    let work = tokio::task::spawn_blocking(move || admission.review(&body));
+    // The apiserver says how long it waits (`?timeout=2s`); answering later is wasted work.
+    let result = match apiserver_timeout(query.as_deref()) {
+        Some(limit) => match tokio::time::timeout(limit, work).await {
+            Ok(r) => r,
+            Err(_) => {
+                return (
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "the apiserver's timeout passed\n",
+                )
+                    .into_response()
+            }
+        },
+        None => work.await,
+    };
     match result {
         Ok(Ok(review)) => (StatusCode::OK, axum::Json(review)).into_response(),
         Ok(Err(reason)) => (StatusCode::BAD_REQUEST, format!("{reason}\n")).into_response(),
@@ -51,5 +66,35 @@ async fn mutate(
             "admission handler failed\n",
         )
             .into_response(),
+    }
+}
+
+/// The `timeout` query parameter the apiserver adds to webhook calls (a Go duration).
+fn apiserver_timeout(query: Option<&str>) -> Option<std::time::Duration> {
+    query?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("timeout="))
+        .and_then(|v| crate::duration::parse_go_duration(v).ok())
+        .filter(|d| !d.is_zero())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::apiserver_timeout;
+    use std::time::Duration;
+
+    #[test]
+    fn reads_the_apiservers_timeout() {
+        assert_eq!(
+            apiserver_timeout(Some("timeout=2s")),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            apiserver_timeout(Some("a=b&timeout=500ms")),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(apiserver_timeout(Some("timeout=bogus")), None);
+        assert_eq!(apiserver_timeout(Some("timeout=0s")), None);
+        assert_eq!(apiserver_timeout(None), None);
     }
 }

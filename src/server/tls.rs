@@ -40,6 +40,13 @@ pub fn load_pair(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>> {
     Ok(Arc::new(certified))
 }
 
+/// The leaf certificate's expiry, in seconds since the Unix epoch.
+pub fn not_after(pair: &CertifiedKey) -> Option<i64> {
+    let leaf = pair.cert.first()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    Some(cert.validity().not_after.timestamp())
+}
+
 /// Serves the current certificate and swaps in a new one when the files change (checked every 10 s;
 /// a pair that fails to load is ignored and the old one kept).
 #[derive(Debug)]
@@ -66,6 +73,11 @@ impl ReloadingCert {
             key: key.to_path_buf(),
             stamp: RwLock::new(mtimes(cert, key)),
         }))
+    }
+
+    /// Expiry of the certificate being served (seconds since the Unix epoch).
+    pub fn not_after(&self) -> Option<i64> {
+        not_after(&self.current.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Reloads when the files changed; returns true when a new pair was installed.
@@ -100,7 +112,11 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
-pub fn server_config(cert: Arc<ReloadingCert>, min: TlsVersion) -> Result<rustls::ServerConfig> {
+pub fn server_config(
+    cert: Arc<ReloadingCert>,
+    min: TlsVersion,
+    http2: bool,
+) -> Result<rustls::ServerConfig> {
     let versions: &[&rustls::SupportedProtocolVersion] = match min {
         TlsVersion::Tls13 => &[&rustls::version::TLS13],
         TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
@@ -111,7 +127,11 @@ pub fn server_config(cert: Arc<ReloadingCert>, min: TlsVersion) -> Result<rustls
     .with_protocol_versions(versions)?
     .with_no_client_auth()
     .with_cert_resolver(cert);
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = if http2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
     Ok(config)
 }
 
