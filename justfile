@@ -9,22 +9,42 @@ default:
 build:
     cargo build --workspace --bins
 
-# Unit tests, then the end-to-end tests against a real control plane. What CI runs.
-test: unit e2e
+# Unit tests, the chart's tests, the end-to-end tests against a real control plane, then the reload
+# tests again under exactly the chart's RBAC with the release binary. What CI runs.
+test: unit e2e e2e-chart
+
+# The release build the image ships (the Dockerfile runs this same command; `just lint` checks it).
+release:
+    cargo build --release --locked -p rekindle -p certs-gen --bins
 
 # Unit tests of every crate (no cluster needed).
 unit:
     cargo test --workspace --exclude e2e
 
-# fmt and clippy, as CI enforces them.
+# fmt, clippy, hadolint and helm lint, as CI enforces them.
 lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
+    scripts/check-dockerfile.sh
+    e2e/scripts/helm.sh lint --strict charts/rekindle
 
-# End-to-end tests; brings the control plane up when needed.
+# Render webhook-config/ (plain manifests for `kubectl apply`) from the chart; a test checks they match.
+webhook-config:
+    e2e/scripts/render-webhook-config.sh webhook-config
+
+# End-to-end tests (and the chart's tests); brings the control plane up when needed.
 e2e *ARGS: cluster-up
+    scripts/install-python-tools.sh >/dev/null
     cargo build --workspace --bins
     cargo test -p e2e -- --test-threads=4 {{ARGS}}
+
+# The reload tests again, with the release binary running under the chart's ServiceAccount RBAC
+# (installed into rekindle-system; every optional rule on).
+e2e-chart: cluster-up release
+    cargo build --workspace --bins
+    kc="$(cargo run -q -p e2e --bin chart_identity -- rekindle-system)"; \
+      REKINDLE_BIN=target/release/rekindle REKINDLE_E2E_KUBECONFIG="$kc" REKINDLE_E2E_POD_NAMESPACE=rekindle-system \
+      cargo test -p e2e --test serve --test features --test kinds -- --test-threads=4
 
 # Build (or reuse) the control-plane binaries from their Go modules.
 e2e-binaries:
@@ -44,9 +64,8 @@ cluster-status:
 
 # Criterion micro-benchmarks, then the load scenarios against the local control plane
 # (report in bench/results/report.{json,md}; sizes via REKINDLE_BENCH_* variables, see e2e/src/bin/load.rs).
-bench: cluster-up
+bench: cluster-up release
     cargo bench --bench core
-    cargo build --release --bin rekindle
     REKINDLE_BIN=target/release/rekindle cargo run --release -p e2e --bin load
 
 # Run rekindle in the foreground against the local control plane (extra FLAGS are passed on).

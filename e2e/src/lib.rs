@@ -1,6 +1,7 @@
 //! Helpers for rekindle's end-to-end tests against the real control plane started by
 //! `e2e/scripts/cluster.sh up` (`just cluster-up`).
 
+pub mod chart;
 pub mod rekindle;
 
 use std::future::Future;

@@ -111,10 +111,19 @@ impl Rekindle {
                 .collect(),
             cluster_wide: options.cluster_wide,
             webhook: options.webhook,
-            kubeconfig: options
-                .kubeconfig
-                .unwrap_or_else(|| state_dir().join("rekindle.kubeconfig")),
+            // REKINDLE_E2E_KUBECONFIG runs the suite under another identity (the chart's RBAC).
+            kubeconfig: options.kubeconfig.unwrap_or_else(|| {
+                std::env::var_os("REKINDLE_E2E_KUBECONFIG")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| state_dir().join("rekindle.kubeconfig"))
+            }),
         };
+        // The chart grants the Lease in its own namespace only.
+        if let Ok(ns) = std::env::var("REKINDLE_E2E_POD_NAMESPACE") {
+            if !r.env.iter().any(|(k, _)| k == "POD_NAMESPACE") {
+                r.env.push(("POD_NAMESPACE".into(), ns));
+            }
+        }
         r.register().await?;
         r.spawn().await?;
         if options.wait_ready {

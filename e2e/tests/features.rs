@@ -343,12 +343,14 @@ async fn with_ha_only_the_leader_writes_and_failover_loses_nothing() -> Result<(
         "--leader-election-renew-deadline=2s",
         "--leader-election-retry-period=250ms",
     ];
+    // Under the chart's RBAC the Lease may only live in the chart's namespace.
+    let lease_ns = std::env::var("REKINDLE_E2E_POD_NAMESPACE").unwrap_or_else(|_| ns.name.clone());
     let env_a = [
-        ("POD_NAMESPACE", ns.name.as_str()),
+        ("POD_NAMESPACE", lease_ns.as_str()),
         ("POD_NAME", "replica-a"),
     ];
     let env_b = [
-        ("POD_NAMESPACE", ns.name.as_str()),
+        ("POD_NAMESPACE", lease_ns.as_str()),
         ("POD_NAME", "replica-b"),
     ];
     let mut a = Rekindle::start(
@@ -363,7 +365,7 @@ async fn with_ha_only_the_leader_writes_and_failover_loses_nothing() -> Result<(
     )
     .await?;
     let leases =
-        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), &ns.name);
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), &lease_ns);
     wait_for("replica-a to hold the Lease", TIMEOUT, || async {
         Ok(leases
             .get_opt("rekindle-leader")

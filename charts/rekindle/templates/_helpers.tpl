@@ -1,0 +1,204 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "rekindle.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "rekindle.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "rekindle.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "rekindle.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "rekindle.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rekindle.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "rekindle.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "rekindle.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "rekindle.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "rekindle.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "rekindle.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The webhook configuration's name (cluster-scoped): the plain release-derived name. */}}
+{{- define "rekindle.webhookName" -}}
+{{- include "rekindle.fullname" . -}}
+{{- end -}}
+
+{{- define "rekindle.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "rekindle.fullname" .)) .Values.certs.secretName -}}
+{{- end -}}
+
+{{- define "rekindle.caSecret" -}}
+{{- printf "%s-ca" (include "rekindle.fullname" .) -}}
+{{- end -}}
+
+{{- define "rekindle.certsGenName" -}}
+{{- printf "%s-certs-gen" (include "rekindle.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "rekindle.cleanupName" -}}
+{{- printf "%s-cleanup" (include "rekindle.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* True (non-empty) when rekindle acts in listed namespaces only: namespaced Roles, no ClusterRole. */}}
+{{- define "rekindle.namespaced" -}}
+{{- if .Values.rekindle.namespaces -}}true{{- end -}}
+{{- end -}}
+
+{{/* The RBAC rules rekindle needs, least privilege; the optional APIs only when enabled. */}}
+{{- define "rekindle.rules" -}}
+- apiGroups: ["apps"]
+  resources: ["deployments", "statefulsets", "daemonsets"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["batch"]
+  resources: ["cronjobs"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "patch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps", "secrets"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- if .Values.rekindle.isArgoRollouts }}
+- apiGroups: ["argoproj.io"]
+  resources: ["rollouts"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
+{{- if .Values.rekindle.isOpenshift }}
+- apiGroups: ["apps.openshift.io"]
+  resources: ["deploymentconfigs"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
+{{- if .Values.rekindle.enableCSIIntegration }}
+- apiGroups: ["secrets-store.csi.x-k8s.io"]
+  resources: ["secretproviderclasses", "secretproviderclasspodstatuses"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+{{- end -}}
+
+{{/* The server's command line, from rekindle.* values. */}}
+{{- define "rekindle.args" -}}
+{{- $r := .Values.rekindle -}}
+- --webhook-addr=:{{ .Values.webhook.port }}
+- --admin-addr=:{{ .Values.metrics.port }}
+- --tls-cert-file=/tls/tls.crt
+- --tls-key-file=/tls/tls.key
+- --tls-min-version={{ .Values.webhook.tlsMinVersion }}
+- --reload-strategy={{ $r.reloadStrategy }}
+- --cronjob-strategy={{ $r.cronjobStrategy }}
+- --reload-debounce={{ $r.reloadDebounce }}
+- --reload-debounce-max={{ $r.reloadDebounceMax }}
+- --min-reload-interval={{ $r.minReloadInterval }}
+- --max-concurrent-reloads={{ $r.maxConcurrentReloads }}
+- --consistency-interval={{ $r.consistencyInterval }}
+- --log-level={{ $r.logLevel }}
+{{- if $r.logFormat }}
+- --log-format={{ $r.logFormat }}
+{{- end }}
+{{- if $r.autoReloadAll }}
+- --auto-reload-all=true
+{{- end }}
+{{- if $r.reloadOnCreate }}
+- --reload-on-create=true
+{{- end }}
+{{- if $r.reloadOnDelete }}
+- --reload-on-delete=true
+{{- end }}
+{{- if $r.syncAfterRestart }}
+- --sync-after-restart=true
+{{- end }}
+{{- if $r.enableHA }}
+- --enable-ha=true
+- --leader-election-lease-duration={{ $r.leaderElection.leaseDuration }}
+- --leader-election-renew-deadline={{ $r.leaderElection.renewDeadline }}
+- --leader-election-retry-period={{ $r.leaderElection.retryPeriod }}
+{{- end }}
+{{- if $r.isArgoRollouts }}
+- --is-Argo-Rollouts=true
+{{- end }}
+{{- if $r.enableCSIIntegration }}
+- --enable-csi-integration=true
+{{- end }}
+{{- if $r.namespaces }}
+- --namespaces={{ join "," $r.namespaces }}
+{{- end }}
+{{- if $r.namespacesToIgnore }}
+- --namespaces-to-ignore={{ join "," $r.namespacesToIgnore }}
+{{- end }}
+{{- if $r.namespaceSelector }}
+- --namespace-selector={{ $r.namespaceSelector }}
+{{- end }}
+{{- if $r.resourceLabelSelector }}
+- --resource-label-selector={{ $r.resourceLabelSelector }}
+{{- end }}
+{{- if $r.resourcesToIgnore }}
+- --resources-to-ignore={{ $r.resourcesToIgnore }}
+{{- end }}
+{{- if $r.ignoredWorkloadTypes }}
+- --ignored-workload-types={{ join "," $r.ignoredWorkloadTypes }}
+{{- end }}
+{{- if $r.webhookUrl }}
+- --webhook-url={{ $r.webhookUrl }}
+{{- end }}
+{{- with $r.annotations }}
+{{- if .configmap }}
+- --configmap-annotation={{ .configmap }}
+{{- end }}
+{{- if .secret }}
+- --secret-annotation={{ .secret }}
+{{- end }}
+{{- if .auto }}
+- --auto-annotation={{ .auto }}
+{{- end }}
+{{- if .configmapAuto }}
+- --configmap-auto-annotation={{ .configmapAuto }}
+{{- end }}
+{{- if .secretAuto }}
+- --secret-auto-annotation={{ .secretAuto }}
+{{- end }}
+{{- if .search }}
+- --auto-search-annotation={{ .search }}
+{{- end }}
+{{- if .match }}
+- --search-match-annotation={{ .match }}
+{{- end }}
+{{- if .ignore }}
+- --ignore-annotation={{ .ignore }}
+{{- end }}
+{{- if .pauseDeployment }}
+- --pause-deployment-annotation={{ .pauseDeployment }}
+{{- end }}
+{{- if .pauseDeploymentTime }}
+- --pause-deployment-time-annotation={{ .pauseDeploymentTime }}
+{{- end }}
+{{- end }}
+{{- range $r.extraArgs }}
+- {{ . }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,480 @@
+//! Chart unit tests: `helm lint --strict`, the schema, and the rendered documents for each certificate
+//! mode and option. No cluster needed (helm only).
+
+use anyhow::Result;
+use e2e::chart::{helm, is_hook, kind_of, name_of, of_kind, render};
+use serde_json::Value;
+
+const NS: &str = "rekindle";
+
+fn render_with(sets: &[&str]) -> Result<Vec<Value>> {
+    let mut args = Vec::new();
+    for s in sets {
+        args.push("--set");
+        args.push(s);
+    }
+    render("rekindle", NS, &args)
+}
+
+fn webhook(docs: &[Value]) -> &Value {
+    let configs = of_kind(docs, "MutatingWebhookConfiguration");
+    assert_eq!(configs.len(), 1);
+    &configs[0]["webhooks"][0]
+}
+
+fn container<'a>(docs: &'a [Value], deployment: &str) -> &'a Value {
+    let d = of_kind(docs, "Deployment")
+        .into_iter()
+        .find(|d| name_of(d) == deployment)
+        .expect("deployment");
+    &d["spec"]["template"]["spec"]["containers"][0]
+}
+
+fn args_of(c: &Value) -> Vec<String> {
+    c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Every rule of every ClusterRole/Role bound to the server's ServiceAccount.
+fn server_rules(docs: &[Value]) -> Vec<Value> {
+    docs.iter()
+        .filter(|d| matches!(kind_of(d), "ClusterRole" | "Role") && name_of(d) == "rekindle")
+        .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+fn grants(rules: &[Value], group: &str, resource: &str, verb: &str) -> bool {
+    rules.iter().any(|r| {
+        let has = |field: &str, want: &str| {
+            r[field]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|v| v == want || v == "*"))
+        };
+        has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+    })
+}
+
+#[test]
+fn lint_strict_passes() -> Result<()> {
+    let chart = e2e::root().join("charts/rekindle");
+    helm(&["lint", "--strict", &chart.to_string_lossy()])?;
+    for mode in ["certsGen", "external"] {
+        helm(&[
+            "lint",
+            "--strict",
+            &chart.to_string_lossy(),
+            "--set",
+            &format!("certs.mode={mode}"),
+            "--set",
+            "certs.external.caBundle=Zm9v",
+        ])?;
+    }
+    Ok(())
+}
+
+#[test]
+fn schema_refuses_unknown_and_mistyped_keys() {
+    for bad in [
+        "bogus=1",
+        "rekindle.bogus=1",
+        "webhook.timeoutSeconds=31",
+        "certs.mode=manual",
+        "rekindle.reloadStrategy=restart",
+        "replicaCount=0",
+    ] {
+        let err = render_with(&[bad]).expect_err(bad).to_string();
+        assert!(
+            err.contains("values don't meet the specifications of the schema"),
+            "{bad}: {err}"
+        );
+    }
+    render_with(&["global.imageRegistry=example"]).expect("global is allowed");
+}
+
+#[test]
+fn cert_manager_mode_issues_through_cert_manager_and_never_renders_the_ca_bundle() -> Result<()> {
+    let docs = render_with(&[])?;
+    let certs = of_kind(&docs, "Certificate");
+    let serving = certs
+        .iter()
+        .find(|c| name_of(c) == "rekindle-serving")
+        .expect("serving certificate");
+    assert_eq!(serving["spec"]["privateKey"]["algorithm"], "ECDSA");
+    assert_eq!(serving["spec"]["renewBefore"], "720h");
+    let dns: Vec<&str> = serving["spec"]["dnsNames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        dns,
+        [
+            "rekindle",
+            "rekindle.rekindle",
+            "rekindle.rekindle.svc",
+            "rekindle.rekindle.svc.cluster.local"
+        ]
+    );
+    let ca = certs.iter().find(|c| name_of(c) == "rekindle-ca").unwrap();
+    assert_eq!(ca["spec"]["isCA"], true);
+    assert_eq!(ca["spec"]["privateKey"]["rotationPolicy"], "Never");
+    let config = &of_kind(&docs, "MutatingWebhookConfiguration")[0];
+    assert_eq!(
+        config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "rekindle/rekindle-serving"
+    );
+    assert!(webhook(&docs)["clientConfig"].get("caBundle").is_none());
+    assert!(of_kind(&docs, "Job")
+        .iter()
+        .all(|j| name_of(j) != "rekindle-certs-gen-secrets"));
+
+    // A user-supplied issuer replaces the chart's own CA.
+    let docs = render_with(&[
+        "certs.certManager.issuerRef.name=corp",
+        "certs.certManager.issuerRef.kind=ClusterIssuer",
+    ])?;
+    assert!(of_kind(&docs, "Issuer").is_empty());
+    let serving = &of_kind(&docs, "Certificate")[0];
+    assert_eq!(serving["spec"]["issuerRef"]["kind"], "ClusterIssuer");
+    Ok(())
+}
+
+#[test]
+fn certs_gen_mode_runs_hook_jobs_in_order_with_their_own_rbac() -> Result<()> {
+    let docs = render_with(&["certs.mode=certsGen"])?;
+    assert!(of_kind(&docs, "Certificate").is_empty());
+    assert!(webhook(&docs)["clientConfig"].get("caBundle").is_none());
+    let job = |name: &str| {
+        of_kind(&docs, "Job")
+            .into_iter()
+            .find(|j| name_of(j) == name)
+            .unwrap_or_else(|| panic!("job {name}"))
+            .clone()
+    };
+    let secrets = job("rekindle-certs-gen-secrets");
+    let bundle = job("rekindle-certs-gen-ca-bundle");
+    assert_eq!(
+        secrets["metadata"]["annotations"]["helm.sh/hook"],
+        "pre-install,pre-upgrade"
+    );
+    assert_eq!(
+        bundle["metadata"]["annotations"]["helm.sh/hook"],
+        "post-install,post-upgrade"
+    );
+    let spec = &secrets["spec"]["template"]["spec"];
+    assert_eq!(spec["serviceAccountName"], "rekindle-certs-gen");
+    assert_eq!(spec["containers"][0]["command"][0], "/certs-gen");
+    let job_args = args_of(&spec["containers"][0]);
+    assert!(job_args.contains(&"--phase=secrets".to_string()));
+    assert!(job_args.contains(&"--service=rekindle".to_string()));
+    // The hook RBAC runs before the Jobs (lower weight) in both phases, and is itself a hook.
+    for kind in [
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    ] {
+        let obj = of_kind(&docs, kind)
+            .into_iter()
+            .find(|d| name_of(d) == "rekindle-certs-gen")
+            .unwrap_or_else(|| panic!("{kind} rekindle-certs-gen"));
+        let a = &obj["metadata"]["annotations"];
+        assert_eq!(
+            a["helm.sh/hook"],
+            "pre-install,pre-upgrade,post-install,post-upgrade"
+        );
+        assert_eq!(a["helm.sh/hook-weight"], "-10");
+    }
+    // Least privilege: only its two Secrets are readable/updatable, only its webhook patchable.
+    let role = of_kind(&docs, "Role")
+        .into_iter()
+        .find(|d| name_of(d) == "rekindle-certs-gen")
+        .unwrap();
+    let names = &role["rules"][1]["resourceNames"];
+    assert_eq!(names, &serde_json::json!(["rekindle-tls", "rekindle-ca"]));
+    // Hook Pods never carry the server's selector labels.
+    let labels = &secrets["spec"]["template"]["metadata"]["labels"];
+    assert_ne!(labels["app.kubernetes.io/name"], "rekindle");
+    Ok(())
+}
+
+#[test]
+fn external_mode_renders_the_given_ca_bundle_and_requires_it() -> Result<()> {
+    let docs = render_with(&[
+        "certs.mode=external",
+        "certs.external.caBundle=Zm9v",
+        "certs.secretName=mine",
+    ])?;
+    assert_eq!(webhook(&docs)["clientConfig"]["caBundle"], "Zm9v");
+    assert!(of_kind(&docs, "Certificate").is_empty());
+    let volumes = &of_kind(&docs, "Deployment")[0]["spec"]["template"]["spec"]["volumes"];
+    assert_eq!(volumes[0]["secret"]["secretName"], "mine");
+    let err = render_with(&["certs.mode=external"])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("certs.external.caBundle is required"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn webhook_follows_the_packaging_rules() -> Result<()> {
+    let docs = render_with(&[])?;
+    let w = webhook(&docs);
+    assert_eq!(w["name"], "workloads.rekindle.io");
+    assert_eq!(w["failurePolicy"], "Ignore");
+    assert_eq!(w["sideEffects"], "NoneOnDryRun");
+    assert_eq!(w["timeoutSeconds"], 2);
+    assert_eq!(w["matchPolicy"], "Equivalent");
+    assert_eq!(w["reinvocationPolicy"], "IfNeeded");
+    let resources: Vec<String> = w["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["resources"].as_array().unwrap().clone())
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        resources,
+        [
+            "deployments",
+            "statefulsets",
+            "daemonsets",
+            "cronjobs",
+            "jobs"
+        ]
+    );
+    let excluded = &w["namespaceSelector"]["matchExpressions"][0]["values"];
+    for ns in ["kube-system", "kube-node-lease", "kube-public", NS] {
+        assert!(excluded.as_array().unwrap().iter().any(|v| v == ns), "{ns}");
+    }
+    let conditions = w["matchConditions"].as_array().unwrap();
+    assert_eq!(conditions.len(), 2);
+    assert!(conditions[0]["expression"]
+        .as_str()
+        .unwrap()
+        .contains("system:serviceaccount:rekindle:rekindle"));
+    // Auto-reload-all reloads workloads without annotations: no annotation condition then.
+    let docs = render_with(&[
+        "rekindle.autoReloadAll=true",
+        "rekindle.isArgoRollouts=true",
+    ])?;
+    let w = webhook(&docs);
+    assert_eq!(w["matchConditions"].as_array().unwrap().len(), 1);
+    assert!(w["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["apiGroups"][0] == "argoproj.io"));
+    Ok(())
+}
+
+#[test]
+fn rbac_is_least_privilege_and_optional_rules_follow_the_options() -> Result<()> {
+    let docs = render_with(&[])?;
+    let rules = server_rules(&docs);
+    assert!(grants(&rules, "apps", "deployments", "patch"));
+    assert!(grants(&rules, "batch", "jobs", "create"));
+    assert!(grants(&rules, "", "secrets", "watch"));
+    assert!(grants(&rules, "events.k8s.io", "events", "create"));
+    assert!(
+        !grants(&rules, "", "secrets", "patch"),
+        "never writes Secrets"
+    );
+    assert!(!grants(&rules, "apps", "deployments", "delete"));
+    assert!(!grants(&rules, "", "namespaces", "list"));
+    assert!(!grants(&rules, "argoproj.io", "rollouts", "patch"));
+    assert!(!grants(
+        &rules,
+        "secrets-store.csi.x-k8s.io",
+        "secretproviderclasspodstatuses",
+        "watch"
+    ));
+    for r in &rules {
+        assert!(!r.to_string().contains("\"*\""), "no wildcard: {r}");
+    }
+    let docs = render_with(&[
+        "rekindle.isArgoRollouts=true",
+        "rekindle.isOpenshift=true",
+        "rekindle.enableCSIIntegration=true",
+        "rekindle.namespaceSelector=team=a",
+    ])?;
+    let rules = server_rules(&docs);
+    assert!(grants(&rules, "argoproj.io", "rollouts", "patch"));
+    assert!(grants(
+        &rules,
+        "apps.openshift.io",
+        "deploymentconfigs",
+        "patch"
+    ));
+    assert!(grants(
+        &rules,
+        "secrets-store.csi.x-k8s.io",
+        "secretproviderclasspodstatuses",
+        "watch"
+    ));
+    assert!(grants(&rules, "", "namespaces", "watch"));
+
+    // --namespaces: Roles in those namespaces, no ClusterRole for the server.
+    let docs = render_with(&["rekindle.namespaces={team-a,team-b}"])?;
+    assert!(of_kind(&docs, "ClusterRole")
+        .iter()
+        .all(|d| name_of(d) != "rekindle"));
+    let roles: Vec<&str> = of_kind(&docs, "Role")
+        .into_iter()
+        .filter(|d| name_of(d) == "rekindle")
+        .map(|d| d["metadata"]["namespace"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["team-a", "team-b"]);
+    assert!(
+        args_of(container(&docs, "rekindle")).contains(&"--namespaces=team-a,team-b".to_string())
+    );
+    Ok(())
+}
+
+#[test]
+fn deployment_is_hardened_ha_and_probed_without_leadership() -> Result<()> {
+    let docs = render_with(&[])?;
+    let d = &of_kind(&docs, "Deployment")[0];
+    assert_eq!(d["spec"]["replicas"], 2);
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = container(&docs, "rekindle");
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["runAsUser"], 65532);
+    assert_eq!(sc["capabilities"]["drop"][0], "ALL");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/ready");
+    let args = args_of(c);
+    assert!(args.contains(&"--enable-ha=true".to_string()));
+    assert!(args.contains(&"--tls-cert-file=/tls/tls.crt".to_string()));
+    // The whole Secret as a directory, never subPath (kubelet updates would not arrive).
+    assert!(c["volumeMounts"][0].get("subPath").is_none());
+    let pdb = &of_kind(&docs, "PodDisruptionBudget")[0];
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    // One replica: no PDB (it would block every drain).
+    let docs = render_with(&["replicaCount=1"])?;
+    assert!(of_kind(&docs, "PodDisruptionBudget").is_empty());
+    // Flags map one to one.
+    let docs = render_with(&[
+        "rekindle.reloadStrategy=annotations",
+        "rekindle.reloadOnDelete=true",
+        "rekindle.ignoredWorkloadTypes={jobs}",
+        "rekindle.annotations.auto=example.com/auto",
+    ])?;
+    let args = args_of(container(&docs, "rekindle"));
+    for want in [
+        "--reload-strategy=annotations",
+        "--reload-on-delete=true",
+        "--ignored-workload-types=jobs",
+        "--auto-annotation=example.com/auto",
+    ] {
+        assert!(args.contains(&want.to_string()), "{want} in {args:?}");
+    }
+    Ok(())
+}
+
+#[test]
+fn monitors_point_at_the_port_that_serves_metrics() -> Result<()> {
+    let docs = render_with(&[
+        "serviceMonitor.enabled=true",
+        "podMonitor.enabled=true",
+        "prometheusRule.enabled=true",
+        "grafanaDashboard.enabled=true",
+    ])?;
+    let c = container(&docs, "rekindle");
+    let port = c["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "http-metrics")
+        .expect("metrics port");
+    let args = args_of(c);
+    assert!(args.contains(&format!("--admin-addr=:{}", port["containerPort"])));
+    let svc = &of_kind(&docs, "Service")[0];
+    assert!(svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "http-metrics" && p["targetPort"] == "http-metrics"));
+    let sm = &of_kind(&docs, "ServiceMonitor")[0]["spec"]["endpoints"][0];
+    assert_eq!(
+        (sm["port"].as_str(), sm["path"].as_str()),
+        (Some("http-metrics"), Some("/metrics"))
+    );
+    let pm = &of_kind(&docs, "PodMonitor")[0]["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(
+        (pm["port"].as_str(), pm["path"].as_str()),
+        (Some("http-metrics"), Some("/metrics"))
+    );
+    let rule = &of_kind(&docs, "PrometheusRule")[0];
+    let alerts: Vec<&str> = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["alert"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        alerts,
+        [
+            "RekindleWebhookFailingOpen",
+            "RekindleAdmissionSlow",
+            "RekindleReloadsFailing",
+            "RekindleCertificateExpiring",
+            "RekindleNoReadyReplica"
+        ]
+    );
+    let dashboard = &of_kind(&docs, "ConfigMap")[0]["data"]["rekindle.json"];
+    let parsed: Value = serde_json::from_str(dashboard.as_str().unwrap())?;
+    assert_eq!(parsed["uid"], "rekindle");
+    Ok(())
+}
+
+#[test]
+fn hooks_and_test_pod_use_the_projects_own_binaries() -> Result<()> {
+    let docs = render_with(&[])?;
+    let cleanup = of_kind(&docs, "Job")
+        .into_iter()
+        .find(|j| name_of(j) == "rekindle-cleanup")
+        .expect("pre-delete job");
+    assert_eq!(
+        cleanup["metadata"]["annotations"]["helm.sh/hook"],
+        "pre-delete"
+    );
+    let c = &cleanup["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["command"][0], "/certs-gen");
+    assert_eq!(args_of(c), ["cleanup", "--webhook-config=rekindle"]);
+    let test = of_kind(&docs, "Pod")
+        .into_iter()
+        .find(|p| is_hook(p))
+        .expect("helm test pod");
+    let args = args_of(&test["spec"]["containers"][0]);
+    assert_eq!(args[0], "healthcheck");
+    assert!(args.iter().any(|a| a.ends_with("/ready")));
+    Ok(())
+}
+
+#[test]
+fn webhook_config_dir_matches_the_chart() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    e2e::chart::render_webhook_config(dir.path())?;
+    for file in ["rekindle.yaml", "certs-gen.yaml"] {
+        let want = std::fs::read_to_string(dir.path().join(file))?;
+        let have = std::fs::read_to_string(e2e::chart::webhook_config_dir().join(file))?;
+        assert!(
+            want == have,
+            "webhook-config/{file} differs from the chart's output: run `just webhook-config`"
+        );
+    }
+    Ok(())
+}
