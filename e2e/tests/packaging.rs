@@ -365,3 +365,86 @@ async fn under_the_charts_rbac_rekindle_reloads_serves_a_rotated_certificate_and
     drop(rk);
     ns.cleanup().await
 }
+
+/// Every document of every mode, hooks included, accepted by the apiserver (server-side dry-run):
+/// schemas, CEL matchConditions, RBAC rules, cert-manager and Prometheus Operator objects (against
+/// fixture CRDs with the real names).
+#[tokio::test]
+async fn every_chart_document_passes_a_server_side_dry_run() -> Result<()> {
+    let client = admin_client().await?;
+    for fixture in ["cert-manager.yaml", "prometheus-operator.yaml"] {
+        let crds = std::fs::read_to_string(root().join("e2e/fixtures/crds").join(fixture))?;
+        apply_yaml(&client, None, &crds).await?;
+    }
+    let ns = TestNamespace::new(&client, "e2e-dry").await?;
+    // CRDs take a moment to be served.
+    wait_for("fixture CRDs served", TIMEOUT, || async {
+        Ok(
+            e2e::resource_for(&client, "monitoring.coreos.com/v1", "PrometheusRule")
+                .await
+                .ok()
+                .and(
+                    e2e::resource_for(&client, "cert-manager.io/v1", "Certificate")
+                        .await
+                        .ok(),
+                )
+                .map(|_| ()),
+        )
+    })
+    .await?;
+    let everything = [
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "podMonitor.enabled=true",
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set",
+        "grafanaDashboard.enabled=true",
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "rekindle.isArgoRollouts=true",
+        "--set",
+        "rekindle.enableCSIIntegration=true",
+        "--set",
+        "rekindle.namespaceSelector=team=a",
+    ];
+    let namespaced = format!("rekindle.namespaces={{{}}}", ns.name);
+    let modes: [&[&str]; 4] = [
+        &["--set", "certs.mode=certManager"],
+        &["--set", "certs.mode=certsGen"],
+        &[
+            "--set",
+            "certs.mode=external",
+            "--set",
+            "certs.external.caBundle=Zm9v",
+        ],
+        &["--set", &namespaced, "--set", "rekindle.autoReloadAll=true"],
+    ];
+    for mode in modes {
+        let mut args = everything.to_vec();
+        args.extend_from_slice(mode);
+        let docs = render("dry", &ns.name, &args)?;
+        assert!(docs.len() > 10, "{mode:?}: {} documents", docs.len());
+        for doc in docs {
+            let (api_version, kind, name) = (
+                doc["apiVersion"].as_str().unwrap_or_default().to_string(),
+                kind_of(&doc).to_string(),
+                name_of(&doc).to_string(),
+            );
+            let namespace = doc
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or(&ns.name)
+                .to_string();
+            let api = e2e::dynamic_api(&client, &api_version, &kind, Some(&namespace)).await?;
+            let mut params = PatchParams::apply("rekindle-e2e").force();
+            params.dry_run = true;
+            api.patch(&name, &params, &Patch::Apply(&doc))
+                .await
+                .with_context(|| format!("{mode:?}: dry-run of {kind}/{name} refused"))?;
+        }
+    }
+    ns.cleanup().await
+}
