@@ -310,6 +310,17 @@ impl Rekindle {
         Ok(())
     }
 
+    /// Sends a signal (`STOP`, `CONT`, ...) to the running process.
+    pub fn signal(&self, signal: &str) -> Result<()> {
+        let pid = self
+            .child
+            .as_ref()
+            .and_then(|c| c.id())
+            .ok_or_else(|| anyhow!("rekindle is not running"))?;
+        send_signal(pid, signal);
+        Ok(())
+    }
+
     /// Starts the process again with the same flags and ports.
     pub async fn restart(&mut self) -> Result<()> {
         self.spawn().await?;

@@ -1,4 +1,5 @@
-//! Faults: rekindle killed in the middle of a burst loses no change and doubles none.
+//! Faults: rekindle killed in the middle of a burst, its webhook frozen, another writer fighting over the
+//! same Deployments; and secret data kept out of the logs. Nothing lost, nothing doubled.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -87,5 +88,272 @@ async fn sigkill_mid_burst_loses_nothing_and_doubles_nothing() -> Result<()> {
         );
     }
     rk.stop().await?;
+    ns.cleanup().await
+}
+
+fn deployment(name: &str, annotations: Value, env_from: Value) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
+            "spec": {"containers": [{"name": "app", "image": "busybox", "envFrom": [env_from]}]}}}})
+}
+
+fn first_env(d: &Value) -> Option<String> {
+    d.pointer("/spec/template/spec/containers/0/env/0/value")
+        .and_then(Value::as_str)
+        .map(String::from)
+}
+
+#[tokio::test]
+async fn a_frozen_webhook_fails_open_and_the_watch_still_reloads() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-sigstop").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "cfg"}, "data": {"v": "1"}}))?,
+    )
+    .await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    rk.signal("STOP")?;
+    let started = std::time::Instant::now();
+    apply_value(
+        &client,
+        Some(&ns.name),
+        deployment(
+            "frozen",
+            json!({"reloader.stakater.com/auto": "true"}),
+            json!({"configMapRef": {"name": "cfg"}}),
+        ),
+    )
+    .await?;
+    let took = started.elapsed();
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    assert_eq!(
+        first_env(&get_json(&deployments, "frozen").await?),
+        None,
+        "admitted unchanged while the webhook is frozen (failurePolicy Ignore), after {took:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    rk.signal("CONT")?;
+    // The watch indexed it: a later change reloads it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cms.patch(
+        "cfg",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"data": {"v": "2"}})),
+    )
+    .await?;
+    let want = configmap_hash_typed(&cms.get("cfg").await?);
+    wait_for(
+        "the frozen-time Deployment to reload",
+        Duration::from_secs(60),
+        || async {
+            Ok(
+                (first_env(&get_json(&deployments, "frozen").await?).as_deref()
+                    == Some(want.as_str()))
+                .then_some(()),
+            )
+        },
+    )
+    .await?;
+    println!("create with the webhook frozen took {took:?}");
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn a_conflict_storm_neither_stops_reloads_nor_loses_the_other_writers_changes() -> Result<()>
+{
+    const WORKLOADS: usize = 5;
+    const CHANGES: usize = 3;
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-conflict").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    for i in 0..WORKLOADS {
+        cms.create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "0"}}),
+            )?,
+        )
+        .await?;
+    }
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    for i in 0..WORKLOADS {
+        apply_value(
+            &client,
+            Some(&ns.name),
+            deployment(
+                &format!("d-{i}"),
+                json!({"reloader.stakater.com/auto": "true"}),
+                json!({"configMapRef": {"name": format!("cm-{i}")}}),
+            ),
+        )
+        .await?;
+    }
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    // Another writer: a metadata annotation and a pod-template label, on every Deployment, non-stop.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let writer = {
+        let (deployments, stop) = (deployments.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n: u64 = 0;
+            let mut last = BTreeMap::new();
+            while !stop.is_cancelled() {
+                let i = (n as usize) % WORKLOADS;
+                let patch = json!({"metadata": {"annotations": {"other-writer/n": n.to_string()}},
+                    "spec": {"template": {"metadata": {"labels": {"other-writer": n.to_string()}}}}});
+                if deployments
+                    .patch(
+                        &format!("d-{i}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                    .is_ok()
+                {
+                    last.insert(i, n);
+                }
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            last
+        })
+    };
+    for c in 1..=CHANGES {
+        for i in 0..WORKLOADS {
+            cms.patch(
+                &format!("cm-{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"data": {"v": c.to_string()}})),
+            )
+            .await?;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    wait_for(
+        "every reload to land during the storm",
+        Duration::from_secs(60),
+        || async {
+            for i in 0..WORKLOADS {
+                let want = configmap_hash_typed(&cms.get(&format!("cm-{i}")).await?);
+                if first_env(&get_json(&deployments, &format!("d-{i}")).await?).as_deref()
+                    != Some(want.as_str())
+                {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    stop.cancel();
+    let last = writer.await?;
+    for (i, n) in last {
+        let d = get_json(&deployments, &format!("d-{i}")).await?;
+        assert_eq!(
+            d.pointer("/metadata/annotations/other-writer~1n")
+                .and_then(Value::as_str),
+            Some(n.to_string().as_str()),
+            "d-{i}: the other writer's last annotation survived"
+        );
+        assert_eq!(
+            d.pointer("/spec/template/metadata/labels/other-writer")
+                .and_then(Value::as_str),
+            Some(n.to_string().as_str()),
+            "d-{i}: the other writer's last template label survived"
+        );
+    }
+    let retried = rk
+        .metric("rekindle_errors_total{kind=\"reload_attempt\"}")
+        .await?;
+    let failed = rk
+        .metric("reloader_reload_executed_total{success=\"false\"}")
+        .await?;
+    println!("attempts retried during the storm: {retried}");
+    assert_eq!(failed, 0.0, "no reload gave up");
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn secret_data_never_appears_in_the_logs_even_at_trace_level() -> Result<()> {
+    use base64::Engine as _;
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-nolog").await?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos();
+    let (first, second) = (format!("hunter2-{nanos}-a"), format!("hunter2-{nanos}-b"));
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), &ns.name);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "creds"}, "stringData": {"password": first}}),
+            )?,
+        )
+        .await?;
+    let env = [("REKINDLE_LOG", "trace")];
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--log-level=trace"],
+            env: &env,
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        deployment(
+            "app",
+            json!({"reloader.stakater.com/auto": "true"}),
+            json!({"secretRef": {"name": "creds"}}),
+        ),
+    )
+    .await?;
+    secrets
+        .patch(
+            "creds",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"stringData": {"password": second}})),
+        )
+        .await?;
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    let want = rekindle::core::hash::secret_hash_typed(&secrets.get("creds").await?);
+    wait_for(
+        "the Deployment to reload",
+        Duration::from_secs(60),
+        || async {
+            Ok(
+                (first_env(&get_json(&deployments, "app").await?).as_deref()
+                    == Some(want.as_str()))
+                .then_some(()),
+            )
+        },
+    )
+    .await?;
+    let log_path = rk.log.clone();
+    rk.stop().await?;
+    let log = std::fs::read_to_string(&log_path)?;
+    assert!(log.lines().count() > 50, "a trace-level log was written");
+    for value in [&first, &second] {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(value);
+        assert!(
+            !log.contains(value.as_str()),
+            "secret value in {}",
+            log_path.display()
+        );
+        assert!(
+            !log.contains(&b64),
+            "base64 secret value in {}",
+            log_path.display()
+        );
+    }
     ns.cleanup().await
 }

@@ -106,3 +106,76 @@ async fn bad_requests_get_the_right_refusal_and_good_ones_are_served() -> Result
     rk.stop().await?;
     ns.cleanup().await
 }
+
+fn abuse(args: &[&str]) -> Result<String> {
+    let out = Command::new(e2e::root().join("e2e/scripts/abuse.py"))
+        .args(args)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "abuse.py {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?.trim().to_string())
+}
+
+#[tokio::test]
+async fn misbehaving_clients_are_cut_off_and_others_keep_being_served() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-abuse").await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    let port = rk.webhook_port.to_string();
+    let rss_before = rk.rss_bytes().unwrap_or(0);
+
+    // Slow headers and an idle connection flood, in the background.
+    let slow = {
+        let port = port.clone();
+        std::thread::spawn(move || abuse(&["slow-headers", &port]))
+    };
+    let flood = {
+        let port = port.clone();
+        std::thread::spawn(move || abuse(&["flood", &port, "300", "14"]))
+    };
+    let random = abuse(&["random", &port])?;
+    assert!(
+        random == "tls-alert" || random == "closed",
+        "random bytes get a TLS alert at most: {random}"
+    );
+    for version in ["1.0", "1.1"] {
+        assert_eq!(
+            abuse(&["old-tls", &port, version])?,
+            "refused",
+            "TLS {version}"
+        );
+    }
+    // Meanwhile, real requests keep being answered.
+    for _ in 0..20 {
+        assert_eq!(
+            post(rk.webhook_port, "application/json", REVIEW.as_bytes(), &[])?,
+            Some(200)
+        );
+    }
+    let slow_secs: f64 = slow.join().expect("slow thread")?.parse()?;
+    assert!(
+        slow_secs < 30.0,
+        "a client that never finishes its headers is cut off by the header timeout (took {slow_secs} s)"
+    );
+    let flood = flood.join().expect("flood thread")?;
+    let (opened, closed) = flood.split_once(' ').unwrap_or(("0", "0"));
+    assert_eq!(opened, "300", "all connections were accepted");
+    assert_eq!(
+        closed, "300",
+        "connections that never start TLS are closed by the handshake timeout"
+    );
+    assert_eq!(
+        post(rk.webhook_port, "application/json", REVIEW.as_bytes(), &[])?,
+        Some(200)
+    );
+    let rss_after = rk.rss_bytes().unwrap_or(0);
+    assert!(
+        rss_after < rss_before + 32 * 1024 * 1024,
+        "memory stays bounded: {rss_before} -> {rss_after} bytes"
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}

@@ -248,6 +248,8 @@ impl Writer {
                 Outcome::Gone => return false,
                 Outcome::Failed(e) => {
                     tracing::debug!(attempt, error = %e, "reload attempt failed; retrying");
+                    // Conflicts with other writers land here too; the final outcome is counted below.
+                    self.metrics.error("reload_attempt");
                     last_error = e;
                 }
             }
