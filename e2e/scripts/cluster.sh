@@ -5,6 +5,9 @@
 #   cluster.sh up       start (idempotent: reports a running cluster)
 #   cluster.sh down     stop every process it started (by pid) and remove the state
 #   cluster.sh status   say what runs
+#   cluster.sh kill C     SIGKILL one component (etcd, kube-apiserver, ...), for fault tests
+#   cluster.sh start C    start a killed component again with its original command line
+#   cluster.sh compact    compact etcd's history to its current revision (watches from before get 410 Gone)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -28,8 +31,43 @@ free_port() {
 
 start() { # name, then command...
   local name="$1"; shift
-  nohup "$@" >"$LOGS/$name.log" 2>&1 &
+  mkdir -p "$STATE/cmds"
+  printf '%q ' "$@" >"$STATE/cmds/$name"
+  nohup "$@" >>"$LOGS/$name.log" 2>&1 &
   echo $! >"$PIDS/$name.pid"
+}
+
+kill_component() { # name
+  local f="$PIDS/$1.pid"
+  [ -f "$f" ] || { log "$1 is not running"; return 1; }
+  local pid; pid="$(cat "$f")"
+  kill -9 "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  log "$1 killed"
+}
+
+restart_component() { # name
+  local name="$1" f="$STATE/cmds/$1"
+  [ -f "$f" ] || { log "no saved command for $name"; return 1; }
+  running "$name" && { log "$name is already running"; return 0; }
+  # shellcheck disable=SC1090
+  eval "start $name $(cat "$f")"
+  # shellcheck disable=SC1091
+  source "$STATE/env"
+  case "$name" in
+    etcd) wait_for etcd 30 curl -sf "$ETCD/health" ;;
+    kube-apiserver) wait_for "kube-apiserver /readyz" 90 curl -sf --cacert "$PKI/ca.crt" "$APISERVER/readyz" ;;
+  esac
+  log "$name started again"
+}
+
+compact() {
+  # shellcheck disable=SC1091
+  source "$STATE/env"
+  local rev
+  rev="$("$BIN/etcdctl" --endpoints "$ETCD" endpoint status -w json | sed -n 's/.*"revision":\([0-9]*\).*/\1/p')"
+  "$BIN/etcdctl" --endpoints "$ETCD" compact "$rev" >/dev/null
+  log "etcd compacted to revision $rev"
 }
 
 wait_for() { # what, seconds, command...
@@ -195,5 +233,8 @@ case "$cmd" in
   up) BIN="$("$ROOT/e2e/scripts/build-binaries.sh" all | tail -n 1)"; up ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  kill) kill_component "${2:?component}" ;;
+  start) restart_component "${2:?component}" ;;
+  compact) compact ;;
+  *) echo "usage: $0 up|down|status|kill C|start C|compact" >&2; exit 2 ;;
 esac
