@@ -357,3 +357,129 @@ async fn secret_data_never_appears_in_the_logs_even_at_trace_level() -> Result<(
     }
     ns.cleanup().await
 }
+
+/// The apiserver's flow-control rejections for one priority level, from its /metrics.
+async fn apf_rejections(client: &kube::Client, level: &str) -> Result<f64> {
+    let body = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    Ok(body
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_flowcontrol_rejected_requests_total")
+                && l.contains(&format!("priority_level=\"{level}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+#[tokio::test]
+async fn throttled_by_priority_and_fairness_rekindle_backs_off_and_loses_nothing() -> Result<()> {
+    const WORKLOADS: usize = 20;
+    const ROUNDS: usize = 3;
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-apf").await?;
+    // rekindle as the chart's ServiceAccount (system:masters would be exempt from flow control), in a
+    // priority level with a single seat and no queue: excess requests get 429.
+    let kubeconfig = e2e::chart::install_identity(&client, "apf", &ns.name).await?;
+    let level = format!("rekindle-{}", ns.name);
+    apply_value(&client, None, json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+        "metadata": {"name": level},
+        "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 1, "lendablePercent": 0, "borrowingLimitPercent": 0, "limitResponse": {"type": "Reject"}}}})).await?;
+    apply_value(&client, None, json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+        "metadata": {"name": level},
+        "spec": {"priorityLevelConfiguration": {"name": level}, "matchingPrecedence": 50,
+            "distinguisherMethod": {"type": "ByUser"},
+            "rules": [{"subjects": [{"kind": "User", "user": {"name": format!("system:serviceaccount:{}:apf-rekindle", ns.name)}}],
+                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"], "clusterScope": true}],
+                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}})).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    for i in 0..WORKLOADS {
+        cms.create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "0"}}),
+            )?,
+        )
+        .await?;
+    }
+    let env = [("POD_NAMESPACE", ns.name.as_str())];
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            kubeconfig: Some(kubeconfig),
+            args: &["--reload-debounce=0", "--max-concurrent-reloads=32"],
+            env: &env,
+            ..Default::default()
+        },
+    )
+    .await?;
+    for i in 0..WORKLOADS {
+        apply_value(
+            &client,
+            Some(&ns.name),
+            deployment(
+                &format!("d-{i}"),
+                json!({"reloader.stakater.com/auto": "true"}),
+                json!({"configMapRef": {"name": format!("cm-{i}")}}),
+            ),
+        )
+        .await?;
+    }
+    // A CronJob on cm-0: each change creates a Job, and a retried create must not make a second one.
+    apply_value(&client, Some(&ns.name), json!({"apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "nightly", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"schedule": "0 0 1 1 *", "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "cm-0"}}]}]}}}}}})).await?;
+    let rejected_before = apf_rejections(&client, &level).await?;
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    for round in 1..=ROUNDS {
+        for i in 0..WORKLOADS {
+            cms.patch(
+                &format!("cm-{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"data": {"v": round.to_string()}})),
+            )
+            .await?;
+        }
+        // Each round lands before the next, so every round is a rollout of its own.
+        wait_for(
+            "the round to be reloaded",
+            Duration::from_secs(120),
+            || async {
+                for i in 0..WORKLOADS {
+                    let want = configmap_hash_typed(&cms.get(&format!("cm-{i}")).await?);
+                    if first_env(&get_json(&deployments, &format!("d-{i}")).await?).as_deref()
+                        != Some(want.as_str())
+                    {
+                        return Ok(None);
+                    }
+                }
+                Ok(Some(()))
+            },
+        )
+        .await?;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for i in 0..WORKLOADS {
+        let d = get_json(&deployments, &format!("d-{i}")).await?;
+        assert_eq!(
+            d.pointer("/metadata/generation").and_then(Value::as_u64),
+            Some(1 + ROUNDS as u64),
+            "d-{i}: one rollout per change"
+        );
+    }
+    let jobs = dynamic_api(&client, "batch/v1", "Job", Some(&ns.name)).await?;
+    let created = jobs.list(&Default::default()).await?.items.len();
+    assert_eq!(created, ROUNDS, "one Job per change of cm-0, never two");
+    let rejected = apf_rejections(&client, &level).await? - rejected_before;
+    println!("requests rejected with 429: {rejected}");
+    assert!(rejected > 0.0, "the test really throttled rekindle");
+    rk.stop().await?;
+    for kind in ["FlowSchema", "PriorityLevelConfiguration"] {
+        let api = dynamic_api(&client, "flowcontrol.apiserver.k8s.io/v1", kind, None).await?;
+        api.delete(&level, &Default::default()).await?;
+    }
+    ns.cleanup().await
+}
