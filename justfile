@@ -62,11 +62,22 @@ cluster-down:
 cluster-status:
     e2e/scripts/cluster.sh status
 
-# Criterion micro-benchmarks, then the load scenarios against the local control plane
-# (report in bench/results/report.{json,md}; sizes via REKINDLE_BENCH_* variables, see e2e/src/bin/load.rs).
-bench: cluster-up release
+# Criterion micro-benchmarks, then the load scenarios against the local control plane with the release
+# build (report and PNG plots in bench/results/; sizes via REKINDLE_BENCH_* variables, see
+# e2e/src/bin/load/main.rs). `just bench --vs PATH` runs the comparable scenarios a second time against
+# another rekindle-compatible binary (for example a previous commit's build) and reports both with ratios.
+bench *ARGS: cluster-up release
     cargo bench --bench core
-    REKINDLE_BIN=target/release/rekindle cargo run --release -p e2e --bin load
+    REKINDLE_BIN=target/release/rekindle cargo run --release -p e2e --bin load -- {{ARGS}}
+
+# The load scenarios only (no criterion), same arguments as `bench`.
+bench-load *ARGS: cluster-up release
+    REKINDLE_BIN=target/release/rekindle cargo run --release -p e2e --bin load -- {{ARGS}}
+
+# A bounded soak (REKINDLE_SOAK_MINUTES, default 30) of mixed changes with the release build: RSS and open
+# file descriptors sampled; results in bench/results/soak.{json,md}. Not part of `just test`.
+soak: cluster-up release
+    REKINDLE_BIN=target/release/rekindle cargo run --release -p e2e --bin soak
 
 # Run rekindle in the foreground against the local control plane (extra FLAGS are passed on).
 serve-local *FLAGS: cluster-up

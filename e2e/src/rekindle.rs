@@ -31,6 +31,8 @@ pub struct Options<'a> {
     pub env: &'a [(&'a str, &'a str)],
     /// Do not pass `--namespaces` (the test scopes rekindle another way, e.g. `--namespace-selector`).
     pub cluster_wide: bool,
+    /// Another rekindle-compatible binary (`just bench --vs`); default: [`rekindle_binary`].
+    pub binary: Option<PathBuf>,
 }
 
 impl Default for Options<'_> {
@@ -43,6 +45,7 @@ impl Default for Options<'_> {
             instance: "",
             env: &[],
             cluster_wide: false,
+            binary: None,
         }
     }
 }
@@ -60,6 +63,7 @@ pub struct Rekindle {
     cluster_wide: bool,
     webhook: bool,
     kubeconfig: PathBuf,
+    binary: Option<PathBuf>,
 }
 
 fn free_port() -> Result<u16> {
@@ -110,6 +114,7 @@ impl Rekindle {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             cluster_wide: options.cluster_wide,
+            binary: options.binary.clone(),
             webhook: options.webhook,
             // REKINDLE_E2E_KUBECONFIG runs the suite under another identity (the chart's RBAC).
             kubeconfig: options.kubeconfig.unwrap_or_else(|| {
@@ -172,7 +177,11 @@ impl Rekindle {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let mut cmd = Command::new(rekindle_binary()?);
+        let binary = match &self.binary {
+            Some(b) => b.clone(),
+            None => rekindle_binary()?,
+        };
+        let mut cmd = Command::new(binary);
         if !self.cluster_wide {
             cmd.arg(format!("--namespaces={}", self.namespaces.join(",")));
         }
@@ -308,6 +317,22 @@ impl Rekindle {
             child.kill().await?;
         }
         Ok(())
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(|c| c.id())
+    }
+
+    /// CPU time (user + system) the process has used so far, from /proc.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;
+        // Fields after the command name (which may contain spaces) start after the last ')'.
+        let rest = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: f64 =
+            fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        Some(ticks / 100.0)
     }
 
     /// Sends a signal (`STOP`, `CONT`, ...) to the running process.

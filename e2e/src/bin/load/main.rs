@@ -1,0 +1,905 @@
+//! Load scenarios against the real control plane (`just bench`): reload latency next to the physical
+//! limit (S1), fan-out (S2), the API requests one change costs (S3), memory against data (S4), the
+//! webhook alone (S5), start-up (S6) and a no-op storm (S7). Writes bench/results/report.{json,md} and
+//! PNG plots. `--vs BIN` runs S1, S2, S3, S5 and S7 a second time against another rekindle-compatible
+//! binary and reports both side by side.
+//!
+//! Sizes: REKINDLE_BENCH_S1_PAIRS (100), REKINDLE_BENCH_S1_UPDATES (500), REKINDLE_BENCH_S2_WORKLOADS (500),
+//! REKINDLE_BENCH_S3_WORKLOADS (5000), REKINDLE_BENCH_S4_SECRETS (comma list, 20000),
+//! REKINDLE_BENCH_S5_SECONDS (10), REKINDLE_BENCH_S7_SECONDS (30).
+
+mod admission;
+mod plots;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use e2e::rekindle::{Options, Rekindle};
+use e2e::{admin_client, TestNamespace};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{json, Value};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn summary(mut ms: Vec<f64>) -> Value {
+    ms.sort_by(|a, b| a.total_cmp(b));
+    json!({"n": ms.len(), "p50_ms": percentile(&ms, 50.0), "p95_ms": percentile(&ms, 95.0), "p99_ms": percentile(&ms, 99.0),
+        "samples_ms": ms})
+}
+
+fn deployment(name: &str, cm: &str, annotated: bool) -> Deployment {
+    let annotations = if annotated {
+        json!({"reloader.stakater.com/auto": "true"})
+    } else {
+        json!({})
+    };
+    serde_json::from_value(json!({"metadata": {"name": name, "annotations": annotations},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
+            "spec": {"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": cm}}]}]}}}}))
+    .expect("static deployment")
+}
+
+async fn create_pairs(client: &Client, ns: &str, n: usize, annotated: bool) -> Result<()> {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let ds: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let pp = PostParams::default();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let (cms, ds, pp) = (cms.clone(), ds.clone(), pp.clone());
+            async move {
+                let cm: ConfigMap = serde_json::from_value(
+                    json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "0"}}),
+                )?;
+                cms.create(&pp, &cm).await?;
+                ds.create(
+                    &pp,
+                    &deployment(&format!("d-{i}"), &format!("cm-{i}"), annotated),
+                )
+                .await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    Ok(())
+}
+
+/// A watch of Deployments in `ns` reporting (name, template env hash) changes with their arrival time.
+fn template_watch(
+    client: &Client,
+    ns: &str,
+) -> tokio::sync::mpsc::UnboundedReceiver<(String, String, Instant)> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    tokio::spawn(async move {
+        let mut stream = watcher(api, watcher::Config::default()).boxed();
+        while let Some(Ok(ev)) = stream.next().await {
+            if let Event::Apply(d) | Event::InitApply(d) = ev {
+                let v = serde_json::to_value(&d).unwrap_or_default();
+                let marker = v
+                    .pointer("/spec/template/spec/containers/0/env/0/value")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                let _ = tx.send((d.name_any(), marker, Instant::now()));
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for the watch to show `name` carrying `marker`; the time it arrived.
+async fn seen(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String, Instant)>,
+    name: &str,
+    marker: &str,
+    timeout: Duration,
+) -> Option<Instant> {
+    let wait = async {
+        while let Some((n, m, at)) = rx.recv().await {
+            if n == name && m == marker {
+                return Some(at);
+            }
+        }
+        None
+    };
+    tokio::time::timeout(timeout, wait).await.ok().flatten()
+}
+
+/// S1: latency from a ConfigMap update's acceptance to the new template in a Deployment watch.
+async fn s1(
+    client: &Client,
+    debounce: &str,
+    pairs: usize,
+    updates: usize,
+    binary: Option<PathBuf>,
+) -> Result<Value> {
+    let ns = TestNamespace::new(client, "bench-s1").await?;
+    let rk = Rekindle::start(
+        client,
+        &[&ns.name],
+        Options {
+            args: &[&format!("--reload-debounce={debounce}")],
+            binary,
+            ..Default::default()
+        },
+    )
+    .await?;
+    // Created with rekindle running, so the apiserver's view of the webhook covers S1's creates.
+    let webhook_before = webhook_histogram(client).await?;
+    create_pairs(client, &ns.name, pairs, true).await?;
+    let webhook = webhook_histogram(client).await?.minus(&webhook_before);
+    let mut rx = template_watch(client, &ns.name);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while rx.try_recv().is_ok() {}
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let mut latencies = Vec::new();
+    for u in 0..updates {
+        let i = (u * 7919) % pairs;
+        let cm = cms
+            .patch(
+                &format!("cm-{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"data": {"v": format!("u{u}")}})),
+            )
+            .await?;
+        let accepted = Instant::now();
+        let want = rekindle::core::hash::configmap_hash_typed(&cm);
+        let target = format!("d-{i}");
+        let seen = seen(&mut rx, &target, &want, Duration::from_secs(30))
+            .await
+            .context("a reload was not seen within 30 s")?;
+        latencies.push(seen.saturating_duration_since(accepted).as_secs_f64() * 1000.0);
+    }
+    let reloads = rk
+        .metric("reloader_reload_executed_total{success=\"true\"}")
+        .await?;
+    rk.stop().await?;
+    ns.cleanup().await?;
+    let mut s = summary(latencies);
+    s["reloads"] = json!(reloads);
+    s["apiserver_webhook_admission"] = webhook.summary();
+    Ok(s)
+}
+
+/// The apiserver's own `apiserver_admission_webhook_admission_duration_seconds` for rekindle's webhook.
+#[derive(Default)]
+struct Histogram {
+    buckets: BTreeMap<String, f64>,
+    sum: f64,
+    count: f64,
+}
+
+impl Histogram {
+    fn minus(mut self, before: &Histogram) -> Histogram {
+        for (le, v) in self.buckets.iter_mut() {
+            *v -= before.buckets.get(le).copied().unwrap_or(0.0);
+        }
+        self.sum -= before.sum;
+        self.count -= before.count;
+        self
+    }
+
+    /// Mean, and the upper bound of the bucket holding p50 and p99.
+    fn summary(&self) -> Value {
+        let mut bounds: Vec<(f64, f64)> = self
+            .buckets
+            .iter()
+            .filter_map(|(le, v)| {
+                Some((
+                    if le == "+Inf" {
+                        f64::INFINITY
+                    } else {
+                        le.parse().ok()?
+                    },
+                    *v,
+                ))
+            })
+            .collect();
+        bounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let quantile = |q: f64| {
+            bounds
+                .iter()
+                .find(|(_, c)| *c >= q * self.count)
+                .map(|(le, _)| le * 1000.0)
+                .unwrap_or(f64::NAN)
+        };
+        json!({"requests": self.count, "mean_ms": if self.count > 0.0 { self.sum / self.count * 1000.0 } else { f64::NAN },
+            "p50_bucket_le_ms": quantile(0.5), "p99_bucket_le_ms": quantile(0.99)})
+    }
+}
+
+async fn webhook_histogram(client: &Client) -> Result<Histogram> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    let mut h = Histogram::default();
+    let name = "apiserver_admission_webhook_admission_duration_seconds";
+    for line in text.lines().filter(|l| {
+        l.starts_with(name)
+            && l.contains("name=\"workloads.rekindle.io\"")
+            && l.contains("type=\"admit\"")
+    }) {
+        let (labels, value) = line.rsplit_once(' ').unwrap_or((line, "0"));
+        let value: f64 = value.parse().unwrap_or(0.0);
+        if line.starts_with(&format!("{name}_bucket")) {
+            let le = labels
+                .split("le=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string();
+            *h.buckets.entry(le).or_default() += value;
+        } else if line.starts_with(&format!("{name}_sum")) {
+            h.sum += value;
+        } else if line.starts_with(&format!("{name}_count")) {
+            h.count += value;
+        }
+    }
+    Ok(h)
+}
+
+/// S2: one ConfigMap referenced by `n` Deployments changes; time until every one is patched.
+async fn s2(client: &Client, debounce: &str, n: usize, binary: Option<PathBuf>) -> Result<Value> {
+    let ns = TestNamespace::new(client, "bench-s2").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "shared"}, "data": {"v": "0"}}))?;
+    cms.create(&PostParams::default(), &cm).await?;
+    let rk = Rekindle::start(
+        client,
+        &[&ns.name],
+        Options {
+            args: &[&format!("--reload-debounce={debounce}")],
+            binary,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let ds: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let ds = ds.clone();
+            async move {
+                ds.create(
+                    &PostParams::default(),
+                    &deployment(&format!("d-{i}"), "shared", true),
+                )
+                .await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    let mut rx = template_watch(client, &ns.name);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    while rx.try_recv().is_ok() {}
+    let cm = cms
+        .patch(
+            "shared",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"v": "1"}})),
+        )
+        .await?;
+    let accepted = Instant::now();
+    let want = rekindle::core::hash::configmap_hash_typed(&cm);
+    let mut done: BTreeMap<String, f64> = BTreeMap::new();
+    let deadline = accepted + Duration::from_secs(600);
+    while done.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, rx.recv()).await {
+            Ok(Some((name, marker, at))) if marker == want => {
+                done.entry(name)
+                    .or_insert(at.saturating_duration_since(accepted).as_secs_f64() * 1000.0);
+            }
+            Ok(Some(_)) => {}
+            _ => break,
+        }
+    }
+    let reloads = rk
+        .metric("reloader_reload_executed_total{success=\"true\"}")
+        .await?;
+    rk.stop().await?;
+    ns.cleanup().await?;
+    let all_s = done.values().copied().fold(0.0, f64::max) / 1000.0;
+    let mut s = summary(done.values().copied().collect());
+    s["workloads"] = json!(n);
+    s["patched"] = json!(done.len());
+    s["all_patched_s"] = json!(all_s);
+    s["reloads"] = json!(reloads);
+    Ok(s)
+}
+
+/// S5: the webhook alone, from this process, over keep-alive TLS.
+async fn s5(client: &Client, seconds: u64, binary: Option<PathBuf>) -> Result<Value> {
+    let ns = TestNamespace::new(client, "bench-s5").await?;
+    let rk = Rekindle::start(
+        client,
+        &[&ns.name],
+        Options {
+            binary,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let https = admission::client(&e2e::state_dir().join("pki/ca.crt"))?;
+    let url: hyper::Uri = format!("https://127.0.0.1:{}/mutate", rk.webhook_port).parse()?;
+    let body = admission::review(&ns.name);
+    // Warm the connection pool.
+    let _ = admission::fixed_rate(&https, &url, &body, 200, 1).await?;
+    let (latencies, errors_1k) = admission::fixed_rate(&https, &url, &body, 1000, seconds).await?;
+    let cpu_before = rk.cpu_seconds().unwrap_or(0.0);
+    let (max_rps, errors_max) = admission::max_rate(&https, &url, &body, 32, seconds).await?;
+    let cpu_s = rk.cpu_seconds().unwrap_or(0.0) - cpu_before;
+    let rss = rk.rss_bytes().unwrap_or(0);
+    rk.stop().await?;
+    ns.cleanup().await?;
+    let mut at_1k = summary(latencies);
+    at_1k["errors"] = json!(errors_1k);
+    Ok(
+        json!({"review_bytes": body.len(), "at_1000_rps": at_1k, "max_sustained_rps": max_rps,
+        "max_errors": errors_max, "server_cpu_s_during_max": cpu_s, "rss_bytes": rss,
+        "note": "client and server share the machine's cores"}),
+    )
+}
+
+/// S7: 10 ConfigMaps whose annotations change 20 times a second: no reload, and CPU next to idle.
+async fn s7(client: &Client, seconds: u64, binary: Option<PathBuf>) -> Result<Value> {
+    let ns = TestNamespace::new(client, "bench-s7").await?;
+    create_pairs(client, &ns.name, 10, true).await?;
+    let rk = Rekindle::start(
+        client,
+        &[&ns.name],
+        Options {
+            binary,
+            ..Default::default()
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let reloads_before = rk
+        .metric("reloader_reload_executed_total{success=\"true\"}")
+        .await?;
+    let idle_start = rk.cpu_seconds().unwrap_or(0.0);
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let idle_cpu = rk.cpu_seconds().unwrap_or(0.0) - idle_start;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let storm_start = rk.cpu_seconds().unwrap_or(0.0);
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    let mut patches = 0usize;
+    let end = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < end {
+        tick.tick().await;
+        let i = patches % 10;
+        cms.patch(
+            &format!("cm-{i}"),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {"touched": patches.to_string()}}})),
+        )
+        .await?;
+        patches += 1;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let storm_cpu = rk.cpu_seconds().unwrap_or(0.0) - storm_start;
+    let reloads = rk
+        .metric("reloader_reload_executed_total{success=\"true\"}")
+        .await?
+        - reloads_before;
+    rk.stop().await?;
+    ns.cleanup().await?;
+    Ok(
+        json!({"seconds": seconds, "annotation_patches": patches, "reloads": reloads,
+        "cpu_percent_idle": idle_cpu / seconds as f64 * 100.0,
+        "cpu_percent_storm": storm_cpu / (seconds as f64 + 2.0) * 100.0}),
+    )
+}
+
+/// The physical limit: a bare client PATCHes a template itself and waits for the watch.
+async fn s1_baseline(client: &Client, pairs: usize, updates: usize) -> Result<Value> {
+    let ns = TestNamespace::new(client, "bench-s1base").await?;
+    create_pairs(client, &ns.name, pairs, false).await?;
+    let mut rx = template_watch(client, &ns.name);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while rx.try_recv().is_ok() {}
+    let ds: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let mut latencies = Vec::new();
+    for u in 0..updates {
+        let i = (u * 7919) % pairs;
+        let value = format!("v{u}");
+        let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "env": [{"name": "X", "value": value}]}]}}}});
+        let start = Instant::now();
+        ds.patch(
+            &format!("d-{i}"),
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await?;
+        let target = format!("d-{i}");
+        let seen = seen(&mut rx, &target, &value, Duration::from_secs(30))
+            .await
+            .context("own patch not seen")?;
+        latencies.push(seen.saturating_duration_since(start).as_secs_f64() * 1000.0);
+    }
+    ns.cleanup().await?;
+    Ok(summary(latencies))
+}
+
+async fn request_counts(client: &Client) -> Result<BTreeMap<String, f64>> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let (labels, value) = line.rsplit_once(' ').unwrap_or((line, "0"));
+        let get = |k: &str| {
+            labels
+                .split(&format!("{k}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string()
+        };
+        let resource = get("resource");
+        if !matches!(
+            resource.as_str(),
+            "deployments" | "configmaps" | "statefulsets" | "daemonsets"
+        ) || !get("subresource").is_empty()
+        {
+            continue;
+        }
+        *out.entry(format!("{} {}", get("verb"), resource))
+            .or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+    }
+    Ok(out)
+}
+
+/// S3: one ConfigMap changes among many: latency, and the API requests the change cost.
+async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> Result<Value> {
+    let ns = TestNamespace::new(client, "bench-s3").await?;
+    let t = Instant::now();
+    create_pairs(client, &ns.name, workloads, true).await?;
+    let setup_s = t.elapsed().as_secs_f64();
+    let rk = Rekindle::start(
+        client,
+        &[&ns.name],
+        Options {
+            args: &["--reload-debounce=0"],
+            binary,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let mut rx = template_watch(client, &ns.name);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    while rx.try_recv().is_ok() {}
+    let before = request_counts(client).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let target = workloads / 2;
+    let cm = cms
+        .patch(
+            &format!("cm-{target}"),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"v": "changed"}})),
+        )
+        .await?;
+    let accepted = Instant::now();
+    let want = rekindle::core::hash::configmap_hash_typed(&cm);
+    let name = format!("d-{target}");
+    let seen = seen(&mut rx, &name, &want, Duration::from_secs(60))
+        .await
+        .context("the needle was not reloaded")?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = request_counts(client).await?;
+    let delta: BTreeMap<String, f64> = after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d > 0.0)
+        .collect();
+    rk.stop().await?;
+    ns.cleanup().await?;
+    Ok(
+        json!({"workloads": workloads, "configmaps": workloads, "setup_s": setup_s,
+        "latency_ms": seen.saturating_duration_since(accepted).as_secs_f64() * 1000.0,
+        "api_requests_during_change": delta}),
+    )
+}
+
+/// S4 + S6: memory against the bytes of data watched, and start-up time to /ready.
+async fn s4(client: &Client, secrets: usize, configmaps: usize, workloads: usize) -> Result<Value> {
+    use k8s_openapi::api::core::v1::Secret;
+    let ns = TestNamespace::new(client, "bench-s4").await?;
+    let secret_api: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let payload = "s".repeat(8 * 1024);
+    futures::stream::iter(0..secrets)
+        .map(|i| {
+            let (api, payload) = (secret_api.clone(), payload.clone());
+            async move {
+                let s: Secret = serde_json::from_value(json!({"metadata": {"name": format!("s-{i}")}, "stringData": {"blob": payload}}))?;
+                api.create(&PostParams::default(), &s).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    create_pairs(client, &ns.name, workloads, true).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    for i in workloads..configmaps.max(workloads) {
+        let cm: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "x".repeat(1024)}}),
+        )?;
+        cms.create(&PostParams::default(), &cm).await?;
+    }
+    let data_bytes = secrets * 8 * 1024 + configmaps.max(workloads) * 1024;
+    let started = Instant::now();
+    let rk = Rekindle::start(
+        client,
+        &[&ns.name],
+        Options {
+            webhook: false,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let startup_s = started.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss_synced = rk.rss_bytes().unwrap_or(0);
+    for c in 0..1000usize {
+        let i = (c * 7919) % workloads;
+        cms.patch(
+            &format!("cm-{i}"),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"v": format!("m{c}")}})),
+        )
+        .await?;
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let rss_after = rk.rss_bytes().unwrap_or(0);
+    rk.stop().await?;
+    ns.cleanup().await?;
+    Ok(
+        json!({"secrets": secrets, "configmaps": configmaps.max(workloads), "workloads": workloads, "data_bytes": data_bytes,
+        "startup_to_ready_s": startup_s, "rss_after_sync_bytes": rss_synced, "rss_after_changes_bytes": rss_after}),
+    )
+}
+
+/// The scenarios run for each binary compared: S1 (both debounces), S2, S3, S5, S7.
+async fn comparable(client: &Client, sizes: &Sizes, binary: Option<PathBuf>) -> Result<Value> {
+    let who = binary
+        .as_ref()
+        .map(|b| b.display().to_string())
+        .unwrap_or_else(|| "rekindle".into());
+    eprintln!(
+        "[{who}] S1 ({} pairs, {} updates) debounce=0 …",
+        sizes.pairs, sizes.updates
+    );
+    let s1_zero = s1(client, "0", sizes.pairs, sizes.updates, binary.clone()).await?;
+    eprintln!("[{who}] S1 default debounce …");
+    let s1_default = s1(client, "250ms", sizes.pairs, sizes.updates, binary.clone()).await?;
+    eprintln!("[{who}] S2 fan-out ({} Deployments) …", sizes.s2);
+    let s2_zero = s2(client, "0", sizes.s2, binary.clone()).await?;
+    let s2_default = s2(client, "250ms", sizes.s2, binary.clone()).await?;
+    eprintln!("[{who}] S3 ({} Deployments + ConfigMaps) …", sizes.s3);
+    let s3 = s3(client, sizes.s3, binary.clone()).await?;
+    eprintln!("[{who}] S5 admission …");
+    let s5 = s5(client, sizes.s5_seconds, binary.clone()).await?;
+    eprintln!("[{who}] S7 no-op storm …");
+    let s7 = s7(client, sizes.s7_seconds, binary).await?;
+    Ok(json!({
+        "s1_latency": {"debounce_0": s1_zero, "debounce_250ms": s1_default},
+        "s2_fanout": {"debounce_0": s2_zero, "debounce_250ms": s2_default},
+        "s3_needle": s3,
+        "s5_admission": s5,
+        "s7_noop_storm": s7,
+    }))
+}
+
+struct Sizes {
+    pairs: usize,
+    updates: usize,
+    s2: usize,
+    s3: usize,
+    s5_seconds: u64,
+    s7_seconds: u64,
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+/// The headline numbers of one run, as (label, value, unit) rows; `--vs` puts two side by side.
+fn headline(r: &Value) -> Vec<(&'static str, f64, &'static str)> {
+    vec![
+        (
+            "S1 p50, debounce 0",
+            f(&r["s1_latency"]["debounce_0"]["p50_ms"]),
+            "ms",
+        ),
+        (
+            "S1 p99, debounce 0",
+            f(&r["s1_latency"]["debounce_0"]["p99_ms"]),
+            "ms",
+        ),
+        (
+            "S1 p50, debounce 250ms",
+            f(&r["s1_latency"]["debounce_250ms"]["p50_ms"]),
+            "ms",
+        ),
+        (
+            "S2 all patched, debounce 0",
+            f(&r["s2_fanout"]["debounce_0"]["all_patched_s"]),
+            "s",
+        ),
+        (
+            "S2 all patched, debounce 250ms",
+            f(&r["s2_fanout"]["debounce_250ms"]["all_patched_s"]),
+            "s",
+        ),
+        ("S3 latency", f(&r["s3_needle"]["latency_ms"]), "ms"),
+        (
+            "S3 LIST deployments during the change",
+            r["s3_needle"]["api_requests_during_change"]["LIST deployments"]
+                .as_f64()
+                .unwrap_or(0.0),
+            "requests",
+        ),
+        (
+            "S5 p50 at 1000 req/s",
+            f(&r["s5_admission"]["at_1000_rps"]["p50_ms"]),
+            "ms",
+        ),
+        (
+            "S5 p99 at 1000 req/s",
+            f(&r["s5_admission"]["at_1000_rps"]["p99_ms"]),
+            "ms",
+        ),
+        (
+            "S5 max sustained",
+            f(&r["s5_admission"]["max_sustained_rps"]),
+            "req/s",
+        ),
+        (
+            "S7 reloads during the storm",
+            f(&r["s7_noop_storm"]["reloads"]),
+            "",
+        ),
+        (
+            "S7 CPU during the storm",
+            f(&r["s7_noop_storm"]["cpu_percent_storm"]),
+            "%",
+        ),
+    ]
+}
+
+fn samples(v: &Value) -> Vec<f64> {
+    v["samples_ms"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let vs: Option<PathBuf> = match args.iter().position(|a| a == "--vs") {
+        Some(i) => Some(PathBuf::from(
+            args.get(i + 1).context("--vs needs a binary")?,
+        )),
+        None => args
+            .iter()
+            .find_map(|a| a.strip_prefix("--vs="))
+            .map(PathBuf::from),
+    };
+    if let Some(b) = &vs {
+        anyhow::ensure!(b.exists(), "--vs {}: no such binary", b.display());
+    }
+    let client = admin_client().await?;
+    let sizes = Sizes {
+        pairs: env_usize("REKINDLE_BENCH_S1_PAIRS", 100),
+        updates: env_usize("REKINDLE_BENCH_S1_UPDATES", 500),
+        s2: env_usize("REKINDLE_BENCH_S2_WORKLOADS", 500),
+        s3: env_usize("REKINDLE_BENCH_S3_WORKLOADS", 5000),
+        s5_seconds: env_usize("REKINDLE_BENCH_S5_SECONDS", 10) as u64,
+        s7_seconds: env_usize("REKINDLE_BENCH_S7_SECONDS", 30) as u64,
+    };
+    let main_run = comparable(&client, &sizes, None).await?;
+    eprintln!("S1 baseline (bare client) …");
+    let base = s1_baseline(&client, sizes.pairs, sizes.updates).await?;
+    let mut s4_runs = Vec::new();
+    let s4_sizes = std::env::var("REKINDLE_BENCH_S4_SECRETS").unwrap_or_else(|_| "20000".into());
+    for secrets in s4_sizes.split(',').filter_map(|v| v.parse::<usize>().ok()) {
+        for fraction in [4usize, 2, 1] {
+            let n = secrets / fraction;
+            eprintln!("S4/S6 ({n} Secrets of 8 KiB, 5,000 ConfigMaps, 2,000 Deployments) …");
+            s4_runs.push(s4(&client, n, 5000, 2000).await?);
+        }
+    }
+    let vs_run = match &vs {
+        Some(b) => Some(comparable(&client, &sizes, Some(b.clone())).await?),
+        None => None,
+    };
+    let version = client.apiserver_version().await?.git_version;
+    let mut report = main_run.clone();
+    report["kubernetes"] = json!(version);
+    report["machine"] = json!(format!(
+        "{} cores",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    ));
+    report["s1_latency"]["bare_client_baseline"] = base;
+    report["s4_memory_s6_startup"] = json!(s4_runs);
+    if let (Some(b), Some(r)) = (&vs, &vs_run) {
+        report["vs"] = json!({"binary": b.display().to_string(), "results": r});
+    }
+    let dir = e2e::root().join("bench/results");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(&report)?,
+    )?;
+
+    // Plots.
+    plots::latency_cdf(
+        &dir.join("s1_latency.png"),
+        &format!(
+            "S1: change accepted → new template in a watch ({} updates)",
+            sizes.updates
+        ),
+        &[
+            (
+                "rekindle, debounce 0",
+                samples(&report["s1_latency"]["debounce_0"]),
+            ),
+            (
+                "rekindle, debounce 250ms",
+                samples(&report["s1_latency"]["debounce_250ms"]),
+            ),
+            (
+                "bare client PATCH (limit)",
+                samples(&report["s1_latency"]["bare_client_baseline"]),
+            ),
+        ],
+    )?;
+    plots::latency_cdf(
+        &dir.join("s5_admission.png"),
+        "S5: webhook latency at 1000 AdmissionReviews/s",
+        &[("rekindle", samples(&report["s5_admission"]["at_1000_rps"]))],
+    )?;
+    let mib = |v: &Value| f(v) / 1048576.0;
+    let memory: Vec<(f64, f64, f64)> = report["s4_memory_s6_startup"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            (
+                mib(&r["data_bytes"]),
+                mib(&r["rss_after_sync_bytes"]),
+                mib(&r["rss_after_changes_bytes"]),
+            )
+        })
+        .collect();
+    plots::memory(&dir.join("s4_memory.png"), &memory)?;
+
+    let md = markdown(&report, &sizes);
+    std::fs::write(dir.join("report.md"), &md)?;
+    println!("{md}");
+    Ok(())
+}
+
+fn markdown(report: &Value, sizes: &Sizes) -> String {
+    let version = report["kubernetes"].as_str().unwrap_or("");
+    let row = |label: &str, v: &Value| {
+        format!(
+            "| {label} | {} | {:.1} | {:.1} | {:.1} |\n",
+            v["n"],
+            f(&v["p50_ms"]),
+            f(&v["p95_ms"]),
+            f(&v["p99_ms"])
+        )
+    };
+    let mut md = format!("# Load scenarios\n\nKubernetes {version}, {} — a shared, noisy machine: read medians and ratios. Plots: [S1](s1_latency.png), [S4](s4_memory.png), [S5](s5_admission.png).\n\n", report["machine"].as_str().unwrap_or(""));
+    md += "## Summary\n\n| | value | unit |\n|---|---|---|\n";
+    for (label, v, unit) in headline(report) {
+        md += &format!("| {label} | {v:.2} | {unit} |\n");
+    }
+    if let Some(vs) = report.get("vs") {
+        md += &format!("\n## Side by side: this build vs `{}`\n\n| | this build | other | other / this |\n|---|---|---|---|\n", vs["binary"].as_str().unwrap_or(""));
+        for ((label, a, unit), (_, b, _)) in
+            headline(report).into_iter().zip(headline(&vs["results"]))
+        {
+            let ratio = if a != 0.0 { b / a } else { f64::NAN };
+            md += &format!("| {label} ({unit}) | {a:.2} | {b:.2} | {ratio:.2} |\n");
+        }
+    }
+    md += &format!("\n## S1 latency: {} ConfigMaps ↔ {} Deployments, {} updates\n\nFrom the update's acceptance to the new template in a watch.\n\n| | n | p50 ms | p95 ms | p99 ms |\n|---|---|---|---|---|\n", sizes.pairs, sizes.pairs, sizes.updates);
+    md += &row(
+        "rekindle, --reload-debounce=0",
+        &report["s1_latency"]["debounce_0"],
+    );
+    md += &row(
+        "rekindle, default debounce (250ms)",
+        &report["s1_latency"]["debounce_250ms"],
+    );
+    md += &row(
+        "bare client PATCHing the template (limit)",
+        &report["s1_latency"]["bare_client_baseline"],
+    );
+    let wh = &report["s1_latency"]["debounce_0"]["apiserver_webhook_admission"];
+    md += &format!("\nThe apiserver's own view of the webhook while S1's Deployments were created (`apiserver_admission_webhook_admission_duration_seconds`): {} calls, mean {:.2} ms, p50 ≤ {} ms, p99 ≤ {} ms (bucket bounds).\n", wh["requests"], f(&wh["mean_ms"]), wh["p50_bucket_le_ms"], wh["p99_bucket_le_ms"]);
+    md += &format!("\n## S2 fan-out: 1 ConfigMap referenced by {} Deployments\n\n| | patched | all patched s | p50 ms | p99 ms |\n|---|---|---|---|---|\n", sizes.s2);
+    for (label, key) in [
+        ("debounce 0", "debounce_0"),
+        ("debounce 250ms", "debounce_250ms"),
+    ] {
+        let v = &report["s2_fanout"][key];
+        md += &format!(
+            "| {label} | {} | {:.2} | {:.0} | {:.0} |\n",
+            v["patched"],
+            f(&v["all_patched_s"]),
+            f(&v["p50_ms"]),
+            f(&v["p99_ms"])
+        );
+    }
+    md += &format!("\n## S3 needle in a haystack: {} Deployments and {} ConfigMaps in one namespace, one changes\n\nLatency {:.1} ms. API requests during the change (apiserver_request_total delta, all clients, main resources):\n\n| verb resource | requests |\n|---|---|\n", sizes.s3, sizes.s3, f(&report["s3_needle"]["latency_ms"]));
+    for (k, v) in report["s3_needle"]["api_requests_during_change"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
+        md += &format!("| {k} | {v} |\n");
+    }
+    md += "\n## S4 memory and S6 start-up: Secrets of 8 KiB, 5,000 ConfigMaps, 2,000 Deployments\n\nRSS of rekindle (release build) against the bytes of data it watches; start-up is process start to `/ready`.\n\n| Secrets | data watched MiB | start-up to /ready s | RSS after sync MiB | RSS after 1,000 changes MiB |\n|---|---|---|---|---|\n";
+    for r in report["s4_memory_s6_startup"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let mib = |k: &str| f(&r[k]) / 1048576.0;
+        md += &format!(
+            "| {} | {:.1} | {:.2} | {:.1} | {:.1} |\n",
+            r["secrets"],
+            mib("data_bytes"),
+            f(&r["startup_to_ready_s"]),
+            mib("rss_after_sync_bytes"),
+            mib("rss_after_changes_bytes")
+        );
+    }
+    let s5 = &report["s5_admission"];
+    md += &format!("\n## S5 admission: the webhook alone, keep-alive TLS from a separate process\n\nA {}-byte AdmissionReview (a Deployment with a ConfigMap and a Secret). Client and server share the machine's 2 cores.\n\n| | value |\n|---|---|\n| p50 at 1000 req/s | {:.3} ms |\n| p99 at 1000 req/s | {:.3} ms |\n| errors at 1000 req/s | {} |\n| max sustained (32 connections) | {:.0} req/s |\n| server CPU during the max run | {:.1} s |\n", s5["review_bytes"], f(&s5["at_1000_rps"]["p50_ms"]), f(&s5["at_1000_rps"]["p99_ms"]), s5["at_1000_rps"]["errors"], f(&s5["max_sustained_rps"]), f(&s5["server_cpu_s_during_max"]));
+    let s7 = &report["s7_noop_storm"];
+    md += &format!("\n## S7 no-op storm: 10 ConfigMaps, annotations changing 20 times a second\n\n{} annotation patches in {} s: {} reloads; rekindle's CPU {:.2}% idle, {:.2}% during the storm.\n", s7["annotation_patches"], s7["seconds"], s7["reloads"], f(&s7["cpu_percent_idle"]), f(&s7["cpu_percent_storm"]));
+    md
+}
