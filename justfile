@@ -74,6 +74,13 @@ bench *ARGS: cluster-up release
 bench-load *ARGS: cluster-up release
     REKINDLE_BIN=target/release/rekindle cargo run --release -p e2e --bin load -- {{ARGS}}
 
+# Property tests at scale (CASES per property, default 1,000,000): arbitrary JSON and bytes into the
+# AdmissionReview parser and handler (whose patches must apply and touch only markers), reference
+# extraction, hashing, planning and annotation parsing. CI runs the same tests with the default counts.
+fuzz CASES="1000000":
+    PROPTEST_CASES={{CASES}} cargo test --release --lib admission::tests
+    PROPTEST_CASES={{CASES}} cargo test --release --test no_panic
+
 # A bounded soak (REKINDLE_SOAK_MINUTES, default 30) of mixed changes with the release build: RSS and open
 # file descriptors sampled; results in bench/results/soak.{json,md}. Not part of `just test`.
 soak: cluster-up release

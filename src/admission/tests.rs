@@ -268,8 +268,31 @@ fn arb_workload() -> impl proptest::strategy::Strategy<Value = Value> {
         })
 }
 
+/// PROPTEST_CASES scales these up for long runs (`just fuzz`); 2,000 by default.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    /// Arbitrary bytes on the wire: an answer or a clean refusal, never a panic.
+    #[test]
+    fn review_never_panics_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let a = admission(Strategy::EnvVars);
+        let _ = a.review(&bytes);
+    }
+
+    /// Arbitrary JSON in every field of the request: an answer or a clean refusal, never a panic.
+    #[test]
+    fn review_never_panics_on_arbitrary_requests(request in arb_json(), object in arb_json(), op in prop_oneof![Just("CREATE"), Just("UPDATE"), Just("DELETE"), Just("CONNECT")]) {
+        let a = admission(Strategy::Annotations);
+        let _ = a.review(&serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})).unwrap());
+        let _ = a.review(&review(op, &object, Some(&object), "bob", false));
+    }
 
     /// For any workload JSON the returned patch applies to it and touches only marker paths.
     #[test]
