@@ -39,7 +39,8 @@ pub fn kubeconfig_path() -> PathBuf {
 /// The rekindle binary under test: `REKINDLE_BIN`, else `target/release/rekindle`, else `target/debug/rekindle`.
 pub fn rekindle_binary() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("REKINDLE_BIN") {
-        return Ok(PathBuf::from(p));
+        // Relative to the workspace root (test binaries run in their crate's directory).
+        return Ok(root().join(p));
     }
     let candidates = [
         root().join("target/release/rekindle"),
