@@ -678,3 +678,148 @@ async fn alerts_after_a_reload_use_reloaders_slack_payload() -> Result<()> {
     rk.stop().await?;
     ns.cleanup().await
 }
+
+#[tokio::test]
+async fn kubernetes_namespace_scopes_and_namespaces_to_ignore_applies_cluster_wide_only(
+) -> Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let client = admin_client().await?;
+    let a = TestNamespace::new(&client, "e2e-scope-a").await?;
+    let b = TestNamespace::new(&client, "e2e-scope-b").await?;
+    for ns in [&a, &b] {
+        apply_yaml(&client, Some(&ns.name), CM).await?;
+        apply_value(
+            &client,
+            Some(&ns.name),
+            deployment(
+                "web",
+                json!({"reloader.stakater.com/auto": "true"}),
+                "app-config",
+            ),
+        )
+        .await?;
+    }
+    // KUBERNETES_NAMESPACE=a: rekindle acts in a only, and --namespaces-to-ignore (cluster-wide only)
+    // is ignored with a warning, so a still reloads.
+    let ignore_a = format!("--namespaces-to-ignore={}", a.name);
+    let env = [("KUBERNETES_NAMESPACE", a.name.as_str())];
+    let rk = Rekindle::start(
+        &client,
+        &[&a.name],
+        Options {
+            args: &[&ignore_a],
+            env: &env,
+            cluster_wide: true,
+            webhook: false,
+            ..Default::default()
+        },
+    )
+    .await?;
+    change_cm(&client, &a.name, "app-config", "1").await?;
+    change_cm(&client, &b.name, "app-config", "1").await?;
+    wait_for(
+        "web in the KUBERNETES_NAMESPACE to roll",
+        TIMEOUT,
+        || async { Ok((replica_sets(&client, &a.name, "web").await?.len() == 2).then_some(())) },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        replica_sets(&client, &b.name, "web").await?.len(),
+        1,
+        "outside KUBERNETES_NAMESPACE"
+    );
+    let log = std::fs::read_to_string(&rk.log)?;
+    assert!(
+        log.contains("--namespaces-to-ignore applies in cluster-wide mode only"),
+        "warned"
+    );
+    rk.stop().await?;
+
+    // Cluster-wide (scoped to this test's two namespaces by a selector): --namespaces-to-ignore=b wins.
+    let label = format!("e2e.rekindle.io/scope-{}", std::process::id());
+    for ns in [&a, &b] {
+        Api::<Namespace>::all(client.clone())
+            .patch(
+                &ns.name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"labels": {label.clone(): "yes"}}})),
+            )
+            .await?;
+    }
+    let selector = format!("--namespace-selector={label}=yes");
+    let ignore_b = format!("--namespaces-to-ignore={}", b.name);
+    let rk = Rekindle::start(
+        &client,
+        &[&a.name, &b.name],
+        Options {
+            args: &[&selector, &ignore_b],
+            cluster_wide: true,
+            webhook: false,
+            ..Default::default()
+        },
+    )
+    .await?;
+    change_cm(&client, &a.name, "app-config", "2").await?;
+    change_cm(&client, &b.name, "app-config", "2").await?;
+    wait_for("web in a to roll again", TIMEOUT, || async {
+        Ok((replica_sets(&client, &a.name, "web").await?.len() == 3).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        replica_sets(&client, &b.name, "web").await?.len(),
+        1,
+        "ignored namespace"
+    );
+    rk.stop().await?;
+    a.cleanup().await?;
+    b.cleanup().await
+}
+
+#[tokio::test]
+async fn resources_to_ignore_skips_that_kind_only() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-resignore").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    apply_yaml(
+        &client,
+        Some(&ns.name),
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: creds}\nstringData: {p: one}\n",
+    )
+    .await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--resources-to-ignore=secrets"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_value(&client, Some(&ns.name), json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "app", "image": "busybox",
+                "envFrom": [{"configMapRef": {"name": "app-config"}}, {"secretRef": {"name": "creds"}}]}]}}}})).await?;
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns.name)
+        .patch(
+            "creds",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"stringData": {"p": "two"}})),
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        replica_sets(&client, &ns.name, "web").await?.len(),
+        1,
+        "Secrets ignored"
+    );
+    change_cm(&client, &ns.name, "app-config", "changed").await?;
+    wait_for("a ConfigMap change to roll web", TIMEOUT, || async {
+        Ok((replica_sets(&client, &ns.name, "web").await?.len() == 2).then_some(()))
+    })
+    .await?;
+    rk.stop().await?;
+    ns.cleanup().await
+}
