@@ -93,6 +93,24 @@ pub fn reload_message(
     )
 }
 
+/// Direct, or through `ALERT_WEBHOOK_PROXY` (the two connectors have different types).
+enum AlertClient {
+    Direct(crate::notify::HttpClient),
+    Proxied(crate::notify::ProxiedClient),
+}
+
+impl AlertClient {
+    async fn request(
+        &self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
+        match self {
+            Self::Direct(c) => c.request(req).await,
+            Self::Proxied(c) => c.request(req).await,
+        }
+    }
+}
+
 pub struct Alerter {
     tx: mpsc::Sender<String>,
     metrics: Arc<Metrics>,
@@ -104,10 +122,12 @@ impl Alerter {
             .url
             .parse()
             .with_context(|| format!("ALERT_WEBHOOK_URL {:?} is not a URL", cfg.url))?;
-        if std::env::var("ALERT_WEBHOOK_PROXY").is_ok_and(|p| !p.trim().is_empty()) {
-            tracing::warn!("ALERT_WEBHOOK_PROXY is not supported; alerts are sent directly");
-        }
-        let client = crate::notify::http_client()?;
+        let client = match std::env::var("ALERT_WEBHOOK_PROXY") {
+            Ok(p) if !p.trim().is_empty() => AlertClient::Proxied(
+                crate::notify::proxied_client(&p).context("ALERT_WEBHOOK_PROXY")?,
+            ),
+            _ => AlertClient::Direct(crate::notify::http_client()?),
+        };
         let (tx, mut rx) = mpsc::channel::<String>(QUEUE);
         let worker_metrics = metrics.clone();
         tokio::spawn(async move {

@@ -41,6 +41,43 @@ pub fn http_client() -> Result<HttpClient> {
 
 pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
+type Tunnel = hyper_util::client::legacy::connect::proxy::Tunnel<HttpConnector>;
+pub type ProxiedClient = Client<hyper_rustls::HttpsConnector<Tunnel>, Full<Bytes>>;
+
+/// An HTTP(S) client whose connections go through an HTTP proxy with CONNECT (`ALERT_WEBHOOK_PROXY`,
+/// for example `http://user:pass@proxy:3128`); TLS to the destination runs inside the tunnel.
+pub fn proxied_client(proxy: &str) -> Result<ProxiedClient> {
+    let uri: Uri = proxy
+        .trim()
+        .parse()
+        .with_context(|| format!("proxy {proxy:?} is not a URL"))?;
+    let authority = uri
+        .authority()
+        .with_context(|| format!("proxy {proxy:?} has no host"))?
+        .clone();
+    let host_port = match authority.port_u16() {
+        Some(p) => format!("{}:{p}", authority.host()),
+        None => format!("{}:80", authority.host()),
+    };
+    let proxy_uri: Uri = format!("http://{host_port}").parse()?;
+    let mut tunnel = Tunnel::new(proxy_uri, HttpConnector::new());
+    if let Some((userinfo, _)) = authority.as_str().rsplit_once('@') {
+        use base64::Engine as _;
+        let token = base64::engine::general_purpose::STANDARD.encode(userinfo);
+        tunnel = tunnel.with_auth(
+            hyper::header::HeaderValue::from_str(&format!("Basic {token}"))
+                .context("proxy credentials")?,
+        );
+    }
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_native_roots()
+        .context("loading the system's root certificates")?
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tunnel);
+    Ok(Client::builder(TokioExecutor::new()).build(https))
+}
+
 impl Notifier {
     pub fn new(url: &str, metrics: Arc<Metrics>) -> Result<Arc<Self>> {
         let url: Uri = url

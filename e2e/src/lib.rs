@@ -297,3 +297,61 @@ pub async fn http_receiver() -> Result<(
     });
     Ok((url, rx))
 }
+
+/// A minimal HTTP CONNECT proxy on 127.0.0.1 (user:secret required); reports each tunnel's target.
+pub async fn connect_proxy() -> Result<(String, tokio::sync::mpsc::UnboundedReceiver<String>)> {
+    use base64::Engine as _;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://user:secret@{}", listener.local_addr()?);
+    let want_auth = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("user:secret")
+    );
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let (tx, want_auth) = (tx.clone(), want_auth.clone());
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+                    if client.read(&mut byte).await.ok() != Some(1) {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let text = String::from_utf8_lossy(&head).to_string();
+                let target = text
+                    .strip_prefix("CONNECT ")
+                    .and_then(|r| r.split_whitespace().next())
+                    .unwrap_or("")
+                    .to_string();
+                let authorised = text.lines().any(|l| {
+                    l.split_once(':').is_some_and(|(k, v)| {
+                        k.trim().eq_ignore_ascii_case("proxy-authorization") && v.trim() == want_auth
+                    })
+                });
+                if target.is_empty() || !authorised {
+                    let _ = client
+                        .write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                    return;
+                }
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(&target).await else {
+                    let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
+                    return;
+                };
+                let _ = tx.send(target);
+                if client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .is_ok()
+                {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                }
+            });
+        }
+    });
+    Ok((url, rx))
+}

@@ -625,11 +625,14 @@ async fn alerts_after_a_reload_use_reloaders_slack_payload() -> Result<()> {
     let ns = TestNamespace::new(&client, "e2e-alert").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let (url, mut rx) = e2e::http_receiver().await?;
+    // Through ALERT_WEBHOOK_PROXY, with credentials.
+    let (proxy, mut tunnels) = e2e::connect_proxy().await?;
     let env = [
         ("ALERT_ON_RELOAD", "true"),
         ("ALERT_SINK", "slack"),
         ("ALERT_WEBHOOK_URL", url.as_str()),
         ("ALERT_ADDITIONAL_INFO", "e2e-cluster"),
+        ("ALERT_WEBHOOK_PROXY", proxy.as_str()),
     ];
     let rk = Rekindle::start(
         &client,
@@ -675,6 +678,10 @@ async fn alerts_after_a_reload_use_reloaders_slack_payload() -> Result<()> {
         )),
         "{text}"
     );
+    let tunnel = tunnels
+        .try_recv()
+        .expect("the alert went through the proxy");
+    assert!(url.contains(&tunnel), "{tunnel} is the receiver in {url}");
     rk.stop().await?;
     ns.cleanup().await
 }
