@@ -6,7 +6,8 @@
 //!
 //! Sizes: REKINDLE_BENCH_S1_PAIRS (100), REKINDLE_BENCH_S1_UPDATES (500), REKINDLE_BENCH_S2_WORKLOADS (500),
 //! REKINDLE_BENCH_S3_WORKLOADS (5000), REKINDLE_BENCH_S4_SECRETS (comma list, 20000),
-//! REKINDLE_BENCH_S5_SECONDS (10), REKINDLE_BENCH_S7_SECONDS (30).
+//! REKINDLE_BENCH_S5_SECONDS (10), REKINDLE_BENCH_S7_SECONDS (30). Output: REKINDLE_BENCH_OUT
+//! (bench/results).
 
 mod admission;
 mod plots;
@@ -482,6 +483,32 @@ async fn request_counts(client: &Client) -> Result<BTreeMap<String, f64>> {
     Ok(out)
 }
 
+/// Waits until the namespaces of earlier scenarios are gone, so their deletion's API traffic does not
+/// land in a measurement.
+async fn quiesce(client: &Client, keep: &str) -> Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: Api<Namespace> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while Instant::now() < deadline {
+        let others = api
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|n| {
+                let name = n.name_any();
+                name.starts_with("bench-") && name != keep
+            })
+            .count();
+        if others == 0 {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!("warning: earlier bench namespaces still terminating");
+    Ok(())
+}
+
 /// S3: one ConfigMap changes among many: latency, and the API requests the change cost.
 async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> Result<Value> {
     let ns = TestNamespace::new(client, "bench-s3").await?;
@@ -499,6 +526,7 @@ async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> Resul
     )
     .await?;
     let mut rx = template_watch(client, &ns.name);
+    quiesce(client, &ns.name).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     while rx.try_recv().is_ok() {}
     let before = request_counts(client).await?;
@@ -764,7 +792,9 @@ async fn main() -> Result<()> {
     if let (Some(b), Some(r)) = (&vs, &vs_run) {
         report["vs"] = json!({"binary": b.display().to_string(), "results": r});
     }
-    let dir = e2e::root().join("bench/results");
+    let dir = std::env::var_os("REKINDLE_BENCH_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| e2e::root().join("bench/results"));
     std::fs::create_dir_all(&dir)?;
     std::fs::write(
         dir.join("report.json"),
