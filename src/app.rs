@@ -181,16 +181,20 @@ async fn run(config: Config) -> Result<()> {
                 .with_context(|| format!("binding --webhook-addr {}", config.webhook_addr))?;
             tracing::info!(addr = %listener.local_addr()?, "admission webhook listening");
             let refresh_shutdown = shutdown.clone();
+            let mut changed = tls::watch_files(&[cert.as_path(), key.as_path()]);
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(Duration::from_secs(10));
                 loop {
                     tokio::select! {
-                        _ = tick.tick() => {
-                            if certs.refresh() {
-                                cert_expiry.set(certs.not_after().unwrap_or(0));
-                            }
+                        _ = tick.tick() => {}
+                        Some(()) = changed.next() => {
+                            // Let the writer finish both files before reading them.
+                            tokio::time::sleep(Duration::from_millis(200)).await;
                         }
                         _ = refresh_shutdown.cancelled() => break,
+                    }
+                    if certs.refresh() {
+                        cert_expiry.set(certs.not_after().unwrap_or(0));
                     }
                 }
             });

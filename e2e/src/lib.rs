@@ -329,7 +329,8 @@ pub async fn connect_proxy() -> Result<(String, tokio::sync::mpsc::UnboundedRece
                     .to_string();
                 let authorised = text.lines().any(|l| {
                     l.split_once(':').is_some_and(|(k, v)| {
-                        k.trim().eq_ignore_ascii_case("proxy-authorization") && v.trim() == want_auth
+                        k.trim().eq_ignore_ascii_case("proxy-authorization")
+                            && v.trim() == want_auth
                     })
                 });
                 if target.is_empty() || !authorised {

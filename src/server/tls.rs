@@ -47,8 +47,8 @@ pub fn not_after(pair: &CertifiedKey) -> Option<i64> {
     Some(cert.validity().not_after.timestamp())
 }
 
-/// Serves the current certificate and swaps in a new one when the files change (checked every 10 s;
-/// a pair that fails to load is ignored and the old one kept).
+/// Serves the current certificate and swaps in a new one when the files change (on a file event, and
+/// every 10 s; a pair that fails to load is ignored and the old one kept).
 #[derive(Debug)]
 pub struct ReloadingCert {
     current: RwLock<Arc<CertifiedKey>>,
@@ -109,6 +109,54 @@ impl ResolvesServerCert for ReloadingCert {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
         )
+    }
+}
+
+/// Signals changes in the directories of the certificate files (kubelet updates a Secret volume by
+/// swapping its `..data` symlink), so a new pair is loaded at once; the 10 s poll remains the fallback
+/// where file events are not delivered.
+pub struct FileEvents {
+    // Kept alive for as long as events are wanted.
+    watcher: Option<notify::RecommendedWatcher>,
+    rx: tokio::sync::mpsc::Receiver<()>,
+}
+
+impl FileEvents {
+    pub async fn next(&mut self) -> Option<()> {
+        if self.watcher.is_none() {
+            return std::future::pending().await;
+        }
+        self.rx.recv().await
+    }
+}
+
+pub fn watch_files(files: &[&Path]) -> FileEvents {
+    use notify::Watcher as _;
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok() {
+            let _ = tx.try_send(());
+        }
+    })
+    .and_then(|mut w| {
+        for file in files {
+            let dir = file
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            w.watch(dir, notify::RecursiveMode::NonRecursive)?;
+        }
+        Ok(w)
+    });
+    match watcher {
+        Ok(w) => FileEvents {
+            watcher: Some(w),
+            rx,
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch the certificate files; polling every 10 s only");
+            FileEvents { watcher: None, rx }
+        }
     }
 }
 
