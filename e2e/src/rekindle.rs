@@ -181,6 +181,12 @@ impl Rekindle {
             Some(b) => b.clone(),
             None => rekindle_binary()?,
         };
+        // An older build compared by `just bench --vs` may not know every flag the harness prefers.
+        let help = std::process::Command::new(&binary)
+            .arg("--help")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default();
         let mut cmd = Command::new(binary);
         if !self.cluster_wide {
             cmd.arg(format!("--namespaces={}", self.namespaces.join(",")));
@@ -189,8 +195,10 @@ impl Rekindle {
             .arg(&self.kubeconfig)
             .arg(format!("--admin-addr=127.0.0.1:{}", self.admin_port))
             .arg(format!("--webhook-addr=127.0.0.1:{}", self.webhook_port))
-            .arg("--reload-debounce=250ms")
-            .arg("--shutdown-delay=1s");
+            .arg("--reload-debounce=250ms");
+        if help.contains("--shutdown-delay") {
+            cmd.arg("--shutdown-delay=1s");
+        }
         if self.webhook {
             cmd.arg("--tls-cert-file")
                 .arg(pki.join("webhook.crt"))
