@@ -12,7 +12,7 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
-type Https = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub type Https = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// A client trusting the test CA, HTTP/1.1 with keep-alive.
 pub fn client(ca_pem: &std::path::Path) -> Result<Https> {

@@ -6,7 +6,8 @@
 //!
 //! Sizes: REKINDLE_BENCH_S1_PAIRS (100), REKINDLE_BENCH_S1_UPDATES (500), REKINDLE_BENCH_S2_WORKLOADS (500),
 //! REKINDLE_BENCH_S3_WORKLOADS (5000), REKINDLE_BENCH_S4_SECRETS (comma list, 20000),
-//! REKINDLE_BENCH_S5_SECONDS (10), REKINDLE_BENCH_S7_SECONDS (30). Output: REKINDLE_BENCH_OUT
+//! REKINDLE_BENCH_S5_SECONDS (10), REKINDLE_BENCH_S6_WORKLOADS (10000, 0 skips the full-size S6),
+//! REKINDLE_BENCH_S6_RESOURCES (25000), REKINDLE_BENCH_S7_SECONDS (30). Output: REKINDLE_BENCH_OUT
 //! (bench/results).
 
 mod admission;
@@ -237,30 +238,45 @@ async fn webhook_histogram(client: &Client) -> Result<Histogram> {
     let text = client
         .request_text(http::Request::get("/metrics").body(Vec::new())?)
         .await?;
-    let mut h = Histogram::default();
-    let name = "apiserver_admission_webhook_admission_duration_seconds";
-    for line in text.lines().filter(|l| {
-        l.starts_with(name)
-            && l.contains("name=\"workloads.rekindle.io\"")
-            && l.contains("type=\"admit\"")
-    }) {
-        let (labels, value) = line.rsplit_once(' ').unwrap_or((line, "0"));
-        let value: f64 = value.parse().unwrap_or(0.0);
-        if line.starts_with(&format!("{name}_bucket")) {
-            let le = labels
-                .split("le=\"")
-                .nth(1)
-                .and_then(|r| r.split('"').next())
-                .unwrap_or("")
-                .to_string();
-            *h.buckets.entry(le).or_default() += value;
-        } else if line.starts_with(&format!("{name}_sum")) {
-            h.sum += value;
-        } else if line.starts_with(&format!("{name}_count")) {
-            h.count += value;
+    Ok(Histogram::parse(
+        &text,
+        "apiserver_admission_webhook_admission_duration_seconds",
+        |l| l.contains("name=\"workloads.rekindle.io\"") && l.contains("type=\"admit\""),
+    ))
+}
+
+impl Histogram {
+    /// The series of histogram `name` in Prometheus text whose line passes `keep`, summed.
+    fn parse(text: &str, name: &str, keep: impl Fn(&str) -> bool) -> Histogram {
+        let mut h = Histogram::default();
+        for line in text.lines().filter(|l| l.starts_with(name) && keep(l)) {
+            let (labels, value) = line.rsplit_once(' ').unwrap_or((line, "0"));
+            let value: f64 = value.parse().unwrap_or(0.0);
+            if line.starts_with(&format!("{name}_bucket")) {
+                let le = labels
+                    .split("le=\"")
+                    .nth(1)
+                    .and_then(|r| r.split('"').next())
+                    .unwrap_or("")
+                    .to_string();
+                *h.buckets.entry(le).or_default() += value;
+            } else if line.starts_with(&format!("{name}_sum")) {
+                h.sum += value;
+            } else if line.starts_with(&format!("{name}_count")) {
+                h.count += value;
+            }
         }
+        h
     }
-    Ok(h)
+}
+
+/// rekindle's own `rekindle_admission_duration_seconds`: time inside the handler, without TLS and HTTP.
+async fn handler_histogram(rk: &Rekindle) -> Result<Histogram> {
+    Ok(Histogram::parse(
+        &rk.metrics().await?,
+        "rekindle_admission_duration_seconds",
+        |_| true,
+    ))
 }
 
 /// S2: one ConfigMap referenced by `n` Deployments changes; time until every one is patched.
@@ -337,7 +353,9 @@ async fn s2(client: &Client, debounce: &str, n: usize, binary: Option<PathBuf>) 
     Ok(s)
 }
 
-/// S5: the webhook alone, from this process, over keep-alive TLS.
+/// S5: the webhook alone, from this process, over keep-alive TLS: first with client and server sharing
+/// every core, then (on a machine with two or more) with the server pinned to one core and this client to
+/// another, as when the apiserver runs on a different node.
 async fn s5(client: &Client, seconds: u64, binary: Option<PathBuf>) -> Result<Value> {
     let ns = TestNamespace::new(client, "bench-s5").await?;
     let rk = Rekindle::start(
@@ -354,19 +372,63 @@ async fn s5(client: &Client, seconds: u64, binary: Option<PathBuf>) -> Result<Va
     let body = admission::review(&ns.name);
     // Warm the connection pool.
     let _ = admission::fixed_rate(&https, &url, &body, 200, 1).await?;
-    let (latencies, errors_1k) = admission::fixed_rate(&https, &url, &body, 1000, seconds).await?;
-    let cpu_before = rk.cpu_seconds().unwrap_or(0.0);
-    let (max_rps, errors_max) = admission::max_rate(&https, &url, &body, 32, seconds).await?;
-    let cpu_s = rk.cpu_seconds().unwrap_or(0.0) - cpu_before;
-    let rss = rk.rss_bytes().unwrap_or(0);
+    let mut result = s5_phase(&rk, &https, &url, &body, seconds).await?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pinned = match rk.pid() {
+        Some(pid) if cores >= 2 => {
+            let all = format!("0-{}", cores - 1);
+            if pin(pid, "1") && pin(std::process::id(), "0") {
+                let phase = s5_phase(&rk, &https, &url, &body, seconds).await;
+                pin(std::process::id(), &all);
+                Some(phase?)
+            } else {
+                None
+            }
+        }
+        _ => None,
+    };
+    result["rss_bytes"] = json!(rk.rss_bytes().unwrap_or(0));
     rk.stop().await?;
     ns.cleanup().await?;
+    result["review_bytes"] = json!(body.len());
+    result["pinned"] = json!(pinned);
+    result["note"] = json!(
+        "client and server share the machine's cores; `pinned`: server on core 1, client on core 0"
+    );
+    Ok(result)
+}
+
+/// Sets the CPU affinity of every thread of `pid` (`taskset`); false when that is not possible here.
+fn pin(pid: u32, cpus: &str) -> bool {
+    std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// One S5 measurement: latency at 1,000 req/s (client side, and inside the handler from rekindle's own
+/// histogram), then the highest rate 32 keep-alive connections sustain and the server CPU it costs.
+async fn s5_phase(
+    rk: &Rekindle,
+    https: &admission::Https,
+    url: &hyper::Uri,
+    body: &bytes::Bytes,
+    seconds: u64,
+) -> Result<Value> {
+    let handler_before = handler_histogram(rk).await?;
+    let (latencies, errors_1k) = admission::fixed_rate(https, url, body, 1000, seconds).await?;
+    let handler = handler_histogram(rk).await?.minus(&handler_before);
+    let cpu_before = rk.cpu_seconds().unwrap_or(0.0);
+    let (max_rps, errors_max) = admission::max_rate(https, url, body, 32, seconds).await?;
+    let cpu_s = rk.cpu_seconds().unwrap_or(0.0) - cpu_before;
     let mut at_1k = summary(latencies);
     at_1k["errors"] = json!(errors_1k);
+    at_1k["handler"] = handler.summary();
     Ok(
-        json!({"review_bytes": body.len(), "at_1000_rps": at_1k, "max_sustained_rps": max_rps,
-        "max_errors": errors_max, "server_cpu_s_during_max": cpu_s, "rss_bytes": rss,
-        "note": "client and server share the machine's cores"}),
+        json!({"at_1000_rps": at_1k, "max_sustained_rps": max_rps, "max_errors": errors_max,
+        "server_cpu_s_during_max": cpu_s,
+        "server_cpu_us_per_request": cpu_s / (max_rps * seconds as f64).max(1.0) * 1e6}),
     )
 }
 
@@ -718,6 +780,16 @@ fn headline(r: &Value) -> Vec<(&'static str, f64, &'static str)> {
             "req/s",
         ),
         (
+            "S5 p99 at 1000 req/s, pinned cores",
+            f(&r["s5_admission"]["pinned"]["at_1000_rps"]["p99_ms"]),
+            "ms",
+        ),
+        (
+            "S5 max sustained, pinned cores",
+            f(&r["s5_admission"]["pinned"]["max_sustained_rps"]),
+            "req/s",
+        ),
+        (
             "S7 reloads during the storm",
             f(&r["s7_noop_storm"]["reloads"]),
             "",
@@ -774,6 +846,18 @@ async fn main() -> Result<()> {
             s4_runs.push(s4(&client, n, 5000, 2000).await?);
         }
     }
+    let s6_workloads = env_usize("REKINDLE_BENCH_S6_WORKLOADS", 10_000);
+    let s6_resources = env_usize("REKINDLE_BENCH_S6_RESOURCES", 25_000);
+    let s6_full = if s6_workloads > 0 {
+        // One ConfigMap per workload; the rest of the resources are 8 KiB Secrets.
+        let secrets = s6_resources.saturating_sub(s6_workloads);
+        eprintln!(
+            "S6 ({s6_workloads} Deployments, {s6_workloads} ConfigMaps, {secrets} Secrets) …"
+        );
+        Some(s4(&client, secrets, s6_workloads, s6_workloads).await?)
+    } else {
+        None
+    };
     let vs_run = match &vs {
         Some(b) => Some(comparable(&client, &sizes, Some(b.clone())).await?),
         None => None,
@@ -789,6 +873,7 @@ async fn main() -> Result<()> {
     ));
     report["s1_latency"]["bare_client_baseline"] = base;
     report["s4_memory_s6_startup"] = json!(s4_runs);
+    report["s6_startup_full"] = json!(s6_full);
     if let (Some(b), Some(r)) = (&vs, &vs_run) {
         report["vs"] = json!({"binary": b.display().to_string(), "results": r});
     }
@@ -826,7 +911,16 @@ async fn main() -> Result<()> {
     plots::latency_cdf(
         &dir.join("s5_admission.png"),
         "S5: webhook latency at 1000 AdmissionReviews/s",
-        &[("rekindle", samples(&report["s5_admission"]["at_1000_rps"]))],
+        &[
+            (
+                "shared cores",
+                samples(&report["s5_admission"]["at_1000_rps"]),
+            ),
+            (
+                "pinned: server core 1, client core 0",
+                samples(&report["s5_admission"]["pinned"]["at_1000_rps"]),
+            ),
+        ],
     )?;
     let mib = |v: &Value| f(v) / 1048576.0;
     let memory: Vec<(f64, f64, f64)> = report["s4_memory_s6_startup"]
@@ -927,8 +1021,54 @@ fn markdown(report: &Value, sizes: &Sizes) -> String {
             mib("rss_after_changes_bytes")
         );
     }
+    let s6 = &report["s6_startup_full"];
+    if s6.is_object() {
+        md += &format!("\n## S6 start-up at full size: {} Deployments, {} resources\n\n{} Deployments (one replica each) each with its ConfigMap, and {} Secrets of 8 KiB ({:.1} MiB watched): process start to `/ready` in {:.2} s; RSS {:.1} MiB after sync, {:.1} MiB after 1,000 changes.\n",
+            s6["workloads"], f(&s6["configmaps"]) + f(&s6["secrets"]), s6["workloads"], s6["secrets"], f(&s6["data_bytes"]) / 1048576.0,
+            f(&s6["startup_to_ready_s"]), f(&s6["rss_after_sync_bytes"]) / 1048576.0, f(&s6["rss_after_changes_bytes"]) / 1048576.0);
+    }
     let s5 = &report["s5_admission"];
-    md += &format!("\n## S5 admission: the webhook alone, keep-alive TLS from a separate process\n\nA {}-byte AdmissionReview (a Deployment with a ConfigMap and a Secret). Client and server share the machine's 2 cores.\n\n| | value |\n|---|---|\n| p50 at 1000 req/s | {:.3} ms |\n| p99 at 1000 req/s | {:.3} ms |\n| errors at 1000 req/s | {} |\n| max sustained (32 connections) | {:.0} req/s |\n| server CPU during the max run | {:.1} s |\n", s5["review_bytes"], f(&s5["at_1000_rps"]["p50_ms"]), f(&s5["at_1000_rps"]["p99_ms"]), s5["at_1000_rps"]["errors"], f(&s5["max_sustained_rps"]), f(&s5["server_cpu_s_during_max"]));
+    md += &format!("\n## S5 admission: the webhook alone, keep-alive TLS from a separate process\n\nA {}-byte AdmissionReview (a Deployment with a ConfigMap and a Secret). *Shared*: client and server share the machine's {}. *Pinned*: rekindle on core 1, the client on core 0 (as when the apiserver is on another node). *Handler*: rekindle's own `rekindle_admission_duration_seconds` (parse, decide, patch; no TLS or HTTP), bucket bound.\n\n| | shared | pinned |\n|---|---|---|\n", s5["review_bytes"], report["machine"].as_str().unwrap_or(""));
+    let p = &s5["pinned"];
+    for (label, key, unit, digits) in [
+        ("p50 at 1000 req/s", "/at_1000_rps/p50_ms", "ms", 3),
+        ("p99 at 1000 req/s", "/at_1000_rps/p99_ms", "ms", 3),
+        (
+            "handler p99 at 1000 req/s, ≤",
+            "/at_1000_rps/handler/p99_bucket_le_ms",
+            "ms",
+            2,
+        ),
+        (
+            "handler mean at 1000 req/s",
+            "/at_1000_rps/handler/mean_ms",
+            "ms",
+            3,
+        ),
+        ("errors at 1000 req/s", "/at_1000_rps/errors", "", 0),
+        (
+            "max sustained (32 connections)",
+            "/max_sustained_rps",
+            "req/s",
+            0,
+        ),
+        (
+            "server CPU per request at max",
+            "/server_cpu_us_per_request",
+            "µs",
+            0,
+        ),
+    ] {
+        let cell = |v: Option<&Value>| match v.and_then(Value::as_f64) {
+            Some(x) => format!("{x:.digits$} {unit}"),
+            None => "—".into(),
+        };
+        md += &format!(
+            "| {label} | {} | {} |\n",
+            cell(s5.pointer(key)),
+            cell(p.pointer(key))
+        );
+    }
     let s7 = &report["s7_noop_storm"];
     md += &format!("\n## S7 no-op storm: 10 ConfigMaps, annotations changing 20 times a second\n\n{} annotation patches in {} s: {} reloads; rekindle's CPU {:.2}% idle, {:.2}% during the storm.\n", s7["annotation_patches"], s7["seconds"], s7["reloads"], f(&s7["cpu_percent_idle"]), f(&s7["cpu_percent_storm"]));
     md
