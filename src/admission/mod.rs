@@ -106,10 +106,10 @@ impl Admission {
         let started = Instant::now();
         let review: Review =
             serde_json::from_slice(body).map_err(|e| format!("malformed AdmissionReview: {e}"))?;
-        let req = review
+        let mut req = review
             .request
             .ok_or("malformed AdmissionReview: no request")?;
-        let outcome = self.decide(&req);
+        let outcome = self.decide(&mut req);
         self.metrics
             .admission_requests
             .get_or_create(&AdmissionLabels {
@@ -134,7 +134,8 @@ impl Admission {
         )
     }
 
-    fn decide(&self, req: &Request) -> Outcome {
+    /// Takes the object out of `req`: stamping works on it in place rather than on a copy.
+    fn decide(&self, req: &mut Request) -> Outcome {
         let pass = |result| Outcome {
             result,
             ..Default::default()
@@ -153,7 +154,7 @@ impl Admission {
         if self.self_username.is_some() && req.user_info.username == self.self_username {
             return pass("self");
         }
-        let Some(obj) = req.object.as_ref().filter(|o| o.is_object()) else {
+        let Some(obj) = req.object.take().filter(Value::is_object) else {
             return Outcome {
                 result: "error",
                 warnings: vec!["rekindle: request without an object; allowed unchanged".into()],
@@ -197,12 +198,13 @@ impl Admission {
         }
     }
 
+    /// The ops that stamp `obj`, which ends as the object they produce.
     fn stamp(
         &self,
         req: &Request,
         kind: WorkloadKind,
         namespace: &str,
-        obj: &Value,
+        mut obj: Value,
     ) -> Result<Vec<PatchOperation>, String> {
         let name = req
             .name
@@ -214,7 +216,7 @@ impl Admission {
                     .map(String::from)
             })
             .unwrap_or_default();
-        let entry = WorkloadEntry::from_object(&self.plan, obj, kind);
+        let entry = WorkloadEntry::from_object(&self.plan, &obj, kind);
         // generateName: no name yet, so nothing to record; dry-run: no side effects.
         let record = !name.is_empty() && req.dry_run != Some(true);
         let key = WorkloadKey {
@@ -230,55 +232,45 @@ impl Admission {
             .as_ref()
             .filter(|o| updating && o.is_object());
         let mut ops = match old {
-            Some(old) => restore_markers(&self.plan, kind, old, obj)?,
+            Some(old) => restore_markers(&self.plan, kind, old, &obj)?,
             None => Vec::new(),
         };
-        // The object is cloned only when something changes: most requests change nothing.
-        let mut working: Option<Value> = None;
-        if !ops.is_empty() {
-            let mut w = obj.clone();
-            json_patch::patch(&mut w, &ops).map_err(|e| e.to_string())?;
-            working = Some(w);
+        // The markers `entry` read are those of the incoming object; restored ones change that.
+        let restored = !ops.is_empty();
+        if restored {
+            json_patch::patch(&mut obj, &ops).map_err(|e| e.to_string())?;
         }
 
         // A template that is not changing never gets a new marker: that would roll it for nothing.
         let may_add = match old {
             None => true,
-            Some(old) => {
-                refs::pod_template(old, kind)
-                    != refs::pod_template(working.as_ref().unwrap_or(obj), kind)
-            }
+            Some(old) => refs::pod_template(old, kind) != refs::pod_template(&obj, kind),
         };
         if may_add {
-            let changes = self.new_markers(
-                kind,
-                namespace,
-                working.as_ref().unwrap_or(obj),
-                &entry,
-                &hashes,
-            );
+            let known = (!restored).then_some(&entry.markers);
+            let changes = self.new_markers(kind, namespace, &obj, &entry, known, &hashes);
             if !changes.is_empty() {
-                let mut w = working.take().unwrap_or_else(|| obj.clone());
-                ops.extend(patch::render_onto(&mut w, kind, &changes).map_err(|e| e.to_string())?);
-                working = Some(w);
+                ops.extend(
+                    patch::render_onto(&mut obj, kind, &changes).map_err(|e| e.to_string())?,
+                );
             }
         }
-        if !ops.is_empty()
-            && annotation_bytes(working.as_ref().unwrap_or(obj), kind) > ANNOTATIONS_LIMIT
-        {
+        if !ops.is_empty() && annotation_bytes(&obj, kind) > ANNOTATIONS_LIMIT {
             return Err("stamping would push the annotations past 256 KiB".into());
         }
         Ok(ops)
     }
 
     /// Markers for every referenced resource the policy says should trigger the workload, and that the
-    /// object does not carry yet. A marker the object carries is never changed.
+    /// object does not carry yet. A marker the object carries is never changed. `known`: the markers
+    /// `obj` carries, when already read.
     fn new_markers(
         &self,
         kind: WorkloadKind,
         namespace: &str,
         obj: &Value,
         entry: &WorkloadEntry,
+        known: Option<&BTreeMap<ResourceRef, String>>,
         hashes: &HashMap<ResourceRef, ResourceEntry>,
     ) -> Vec<MarkerChange> {
         let spec = refs::pod_spec(obj, kind);
@@ -286,10 +278,16 @@ impl Admission {
         let mut out = Vec::new();
         for r in &entry.refs {
             let Some(res) = hashes.get(r) else { continue };
-            let container = spec.and_then(|s| refs::choose_container(s, r.kind, &r.name, true));
-            if plan::current_marker(&self.plan, obj, kind, r.kind, &r.name, container.as_ref())
-                .is_some()
-            {
+            let has_marker = match known {
+                Some(markers) => markers.contains_key(r),
+                None => {
+                    let container =
+                        spec.and_then(|s| refs::choose_container(s, r.kind, &r.name, true));
+                    plan::current_marker(&self.plan, obj, kind, r.kind, &r.name, container.as_ref())
+                        .is_some()
+                }
+            };
+            if has_marker {
                 continue;
             }
             let change = Change {

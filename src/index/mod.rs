@@ -260,7 +260,8 @@ impl Index {
     }
 
     /// The watch saw the workload: the authoritative record.
-    pub fn apply_workload(&self, key: WorkloadKey, entry: WorkloadEntry) {
+    /// The watch's view of a workload. True when the index had not confirmed it before.
+    pub fn apply_workload(&self, key: WorkloadKey, entry: WorkloadEntry) -> bool {
         let mut state = self.write();
         let provisional = state.provisional.remove(&key).map(|(e, _)| e);
         let old = state.workloads.insert(key.clone(), entry.clone());
@@ -268,6 +269,7 @@ impl Index {
         for old in old.iter().chain(provisional.iter()) {
             state.unlink(&key, old);
         }
+        old.is_none()
     }
 
     pub fn delete_workload(&self, key: &WorkloadKey) {
@@ -374,6 +376,25 @@ impl Index {
         out
     }
 
+    /// The references of one workload whose marker differs from the resource's current hash.
+    pub fn stale_markers_of(&self, key: &WorkloadKey) -> Vec<ResourceRef> {
+        let state = self.read();
+        let Some(entry) = state.workloads.get(key) else {
+            return Vec::new();
+        };
+        entry
+            .markers
+            .iter()
+            .filter(|(r, marker)| {
+                state
+                    .resources
+                    .get(&ResourceKey::new(r.kind, &key.namespace, &r.name))
+                    .is_some_and(|res| &res.hash != *marker)
+            })
+            .map(|(r, _)| r.clone())
+            .collect()
+    }
+
     /// Referenced resources that exist but whose marker the workload lacks (`--sync-after-restart` with
     /// `--reload-on-create` treats these as created at start-up, as Reloader's replay does).
     pub fn absent_markers(&self) -> Vec<(WorkloadKey, ResourceRef)> {
@@ -474,6 +495,38 @@ mod tests {
             .dependents
             .is_empty());
         assert_eq!(index.sizes().reverse_edges, 1);
+    }
+
+    #[test]
+    fn a_newly_confirmed_workload_reports_its_stale_markers() {
+        let index = Index::new();
+        index.update_resource(&cm_key("ns", "cfg"), entry("h2"));
+        index.update_resource(&cm_key("ns", "other"), entry("o1"));
+        // Stamped with h1 before the change, seen by the watch after it.
+        let (a, ea) = mk_deploy("ns", "a", "cfg", Some("h1"));
+        assert!(
+            index.apply_workload(a.clone(), ea.clone()),
+            "first sighting"
+        );
+        let cfg_ref = ResourceRef {
+            kind: ResourceKind::ConfigMap,
+            name: "cfg".into(),
+        };
+        assert_eq!(index.stale_markers_of(&a), vec![cfg_ref]);
+        assert!(!index.apply_workload(a.clone(), ea), "seen before");
+        // Current marker, or no marker at all: nothing stale.
+        let (b, eb) = mk_deploy("ns", "b", "cfg", Some("h2"));
+        let (c, ec) = mk_deploy("ns", "c", "other", None);
+        index.apply_workload(b.clone(), eb);
+        index.apply_workload(c.clone(), ec);
+        assert!(index.stale_markers_of(&b).is_empty());
+        assert!(index.stale_markers_of(&c).is_empty());
+        let unknown = WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: "ns".into(),
+            name: "unknown".into(),
+        };
+        assert!(index.stale_markers_of(&unknown).is_empty());
     }
 
     #[test]

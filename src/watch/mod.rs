@@ -118,6 +118,26 @@ impl Ctx {
         true
     }
 
+    /// A workload the index had not confirmed yet may have been created just before a change of a
+    /// resource it uses was handled (the two watches are not ordered, and a generateName workload is
+    /// unknown until the watch names it): reload it now rather than at the next consistency pass.
+    fn reload_if_stale(&self, key: &WorkloadKey) {
+        if self.notifier.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        for r in self.index.stale_markers_of(key) {
+            tracing::info!(workload = %key, resource = %r.name, "new workload's marker is already stale; reloading");
+            self.enqueue(
+                std::slice::from_ref(key),
+                r.kind,
+                &r.name,
+                Event::Update,
+                now,
+            );
+        }
+    }
+
     fn enqueue(
         &self,
         dependents: &[WorkloadKey],
@@ -322,14 +342,20 @@ pub async fn workloads(
         namespace: obj.namespace().unwrap_or_default(),
         name: obj.name_any(),
     };
-    let apply = |obj: &DynamicObject| match serde_json::to_value(obj) {
+    // `check_stale`: the first sync is followed by a full catch-up; later sightings are checked here.
+    let apply = |obj: &DynamicObject, check_stale: bool| match serde_json::to_value(obj) {
         Ok(value) => {
             let key = key_of(obj);
             if let Some(pause) = &ctx.pause {
                 pause.observe(&key, &value);
             }
-            ctx.index
-                .apply_workload(key, WorkloadEntry::from_object(&ctx.plan, &value, kind));
+            let new = ctx.index.apply_workload(
+                key.clone(),
+                WorkloadEntry::from_object(&ctx.plan, &value, kind),
+            );
+            if new && check_stale {
+                ctx.reload_if_stale(&key);
+            }
         }
         Err(e) => tracing::warn!(error = %e, "workload does not serialise; skipped"),
     };
@@ -351,7 +377,7 @@ pub async fn workloads(
             WatchEvent::Init => seen.clear(),
             WatchEvent::InitApply(obj) => {
                 seen.insert(key_of(&obj));
-                apply(&obj);
+                apply(&obj, !first_sync);
             }
             WatchEvent::InitDone => {
                 if !first_sync {
@@ -368,7 +394,7 @@ pub async fn workloads(
                     ctx.ready.synced(&watch_name);
                 }
             }
-            WatchEvent::Apply(obj) => apply(&obj),
+            WatchEvent::Apply(obj) => apply(&obj, !first_sync),
             WatchEvent::Delete(obj) => ctx.index.delete_workload(&key_of(&obj)),
         }
     }
