@@ -854,7 +854,12 @@ async fn main() -> Result<()> {
         eprintln!(
             "S6 ({s6_workloads} Deployments, {s6_workloads} ConfigMaps, {secrets} Secrets) …"
         );
-        Some(s4(&client, secrets, s6_workloads, s6_workloads).await?)
+        // The largest run: a failure here is reported, not allowed to lose the rest of the report.
+        Some(
+            s4(&client, secrets, s6_workloads, s6_workloads)
+                .await
+                .unwrap_or_else(|e| json!({"error": format!("{e:#}"), "workloads": s6_workloads})),
+        )
     } else {
         None
     };
@@ -1022,7 +1027,12 @@ fn markdown(report: &Value, sizes: &Sizes) -> String {
         );
     }
     let s6 = &report["s6_startup_full"];
-    if s6.is_object() {
+    if let Some(error) = s6["error"].as_str() {
+        md += &format!(
+            "\n## S6 start-up at full size: {} Deployments\n\nDid not complete: {error}\n",
+            s6["workloads"]
+        );
+    } else if s6.is_object() {
         md += &format!("\n## S6 start-up at full size: {} Deployments, {} resources\n\n{} Deployments (one replica each) each with its ConfigMap, and {} Secrets of 8 KiB ({:.1} MiB watched): process start to `/ready` in {:.2} s; RSS {:.1} MiB after sync, {:.1} MiB after 1,000 changes.\n",
             s6["workloads"], f(&s6["configmaps"]) + f(&s6["secrets"]), s6["workloads"], s6["secrets"], f(&s6["data_bytes"]) / 1048576.0,
             f(&s6["startup_to_ready_s"]), f(&s6["rss_after_sync_bytes"]) / 1048576.0, f(&s6["rss_after_changes_bytes"]) / 1048576.0);
