@@ -113,6 +113,20 @@ struct State {
 }
 
 impl State {
+    /// The references whose marker on the workload differs from the resource's current hash.
+    fn stale_refs<'a>(
+        &'a self,
+        key: &'a WorkloadKey,
+        entry: &'a WorkloadEntry,
+    ) -> impl Iterator<Item = &'a ResourceRef> + 'a {
+        entry.markers.iter().filter_map(move |(r, marker)| {
+            self.resources
+                .get(&ResourceKey::new(r.kind, &key.namespace, &r.name))
+                .is_some_and(|res| &res.hash != marker)
+                .then_some(r)
+        })
+    }
+
     fn link(&mut self, key: &WorkloadKey, entry: &WorkloadEntry) {
         for r in &entry.refs {
             self.reverse
@@ -259,8 +273,8 @@ impl Index {
         hashes
     }
 
-    /// The watch saw the workload: the authoritative record.
-    /// The watch's view of a workload. True when the index had not confirmed it before.
+    /// The watch saw the workload: the authoritative record. True when the index had not confirmed it
+    /// before.
     pub fn apply_workload(&self, key: WorkloadKey, entry: WorkloadEntry) -> bool {
         let mut state = self.write();
         let provisional = state.provisional.remove(&key).map(|(e, _)| e);
@@ -361,17 +375,15 @@ impl Index {
     /// Absent markers are left alone.
     pub fn stale_markers(&self) -> Vec<(WorkloadKey, ResourceRef)> {
         let state = self.read();
-        let mut out = Vec::new();
-        for (key, entry) in &state.workloads {
-            for (r, marker) in &entry.markers {
-                let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
-                if let Some(res) = state.resources.get(&rk) {
-                    if &res.hash != marker {
-                        out.push((key.clone(), r.clone()));
-                    }
-                }
-            }
-        }
+        let mut out: Vec<_> = state
+            .workloads
+            .iter()
+            .flat_map(|(key, entry)| {
+                state
+                    .stale_refs(key, entry)
+                    .map(move |r| (key.clone(), r.clone()))
+            })
+            .collect();
         out.sort();
         out
     }
@@ -382,17 +394,7 @@ impl Index {
         let Some(entry) = state.workloads.get(key) else {
             return Vec::new();
         };
-        entry
-            .markers
-            .iter()
-            .filter(|(r, marker)| {
-                state
-                    .resources
-                    .get(&ResourceKey::new(r.kind, &key.namespace, &r.name))
-                    .is_some_and(|res| &res.hash != *marker)
-            })
-            .map(|(r, _)| r.clone())
-            .collect()
+        state.stale_refs(key, entry).cloned().collect()
     }
 
     /// Referenced resources that exist but whose marker the workload lacks (`--sync-after-restart` with
