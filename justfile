@@ -36,7 +36,7 @@ webhook-config:
 e2e *ARGS: cluster-up
     scripts/install-python-tools.sh >/dev/null
     cargo build --workspace --bins
-    cargo test -p e2e -- --test-threads=4 {{ARGS}}
+    cargo test -p e2e -- --test-threads=4 {{ARGS}} || { e2e/scripts/cluster.sh keep-logs; exit 101; }
 
 # The reload tests again, with the release binary running under the chart's ServiceAccount RBAC
 # (installed into rekindle-system; every optional rule on).
@@ -44,7 +44,8 @@ e2e-chart: cluster-up release
     cargo build --workspace --bins
     kc="$(cargo run -q -p e2e --bin chart_identity -- rekindle-system)"; \
       REKINDLE_BIN=target/release/rekindle REKINDLE_E2E_KUBECONFIG="$kc" REKINDLE_E2E_POD_NAMESPACE=rekindle-system \
-      cargo test -p e2e --test serve --test features --test kinds -- --test-threads=4
+      cargo test -p e2e --test serve --test features --test kinds -- --test-threads=4 \
+      || { e2e/scripts/cluster.sh keep-logs; exit 101; }
 
 # Build (or reuse) the control-plane binaries from their Go modules.
 e2e-binaries:

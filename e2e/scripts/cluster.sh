@@ -8,6 +8,7 @@
 #   cluster.sh kill C     SIGKILL one component (etcd, kube-apiserver, ...), for fault tests
 #   cluster.sh start C    start a killed component again with its original command line
 #   cluster.sh compact    compact etcd's history to its current revision (watches from before get 410 Gone)
+#   cluster.sh keep-logs  after a failed test run: say what runs and copy the logs out of the state
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -59,6 +60,27 @@ restart_component() { # name
     kube-apiserver) wait_for "kube-apiserver /readyz" 90 curl -sf --cacert "$PKI/ca.crt" "$APISERVER/readyz" ;;
   esac
   log "$name started again"
+  case "$name" in etcd|kube-apiserver) refresh_controllers ;; esac
+}
+
+# After an outage of etcd or the apiserver, client-go's informers in the controller-manager, scheduler
+# and kwok retry with an exponential backoff that only resets after two quiet minutes: a few outages in a
+# row leave them up to a minute behind, and the next test waits for ReplicaSets that do not come. The
+# outage tests are about rekindle, so the cluster's own controllers start afresh, and this returns once a
+# Deployment rolls out again.
+refresh_controllers() {
+  local c
+  for c in kube-controller-manager kube-scheduler kwok; do
+    running "$c" && kill_component "$c" >/dev/null 2>&1
+    eval "start $c $(cat "$STATE/cmds/$c")"
+  done
+  local k=("$BIN/kubectl" --kubeconfig "$STATE/kubeconfig" -n default)
+  "${k[@]}" delete deployment e2e-canary --ignore-not-found --wait=true >/dev/null 2>&1 || true
+  "${k[@]}" create deployment e2e-canary --image=registry.invalid/canary >/dev/null
+  wait_for "the controller-manager to roll a Deployment again" 90 \
+    bash -c "[ -n \"\$(${k[*]} get replicasets -l app=e2e-canary -o name)\" ]"
+  "${k[@]}" delete deployment e2e-canary --ignore-not-found >/dev/null 2>&1 || true
+  log "controller-manager, scheduler and kwok restarted and rolling"
 }
 
 compact() {
@@ -222,6 +244,16 @@ down_processes() {
   done
 }
 
+keep_logs() {
+  status || true
+  local out="$ROOT/target/e2e-failed-logs"
+  rm -rf "$out" && cp -r "$LOGS" "$out" 2>/dev/null && log "control-plane logs kept in $out"
+  for c in $COMPONENTS; do
+    [ -f "$out/$c.log" ] && { echo "--- last lines of $c.log"; tail -n 5 "$out/$c.log" | cut -c1-300; }
+  done >&2
+  return 0
+}
+
 down() {
   down_processes
   rm -rf "$STATE"
@@ -236,5 +268,6 @@ case "$cmd" in
   kill) kill_component "${2:?component}" ;;
   start) restart_component "${2:?component}" ;;
   compact) compact ;;
-  *) echo "usage: $0 up|down|status|kill C|start C|compact" >&2; exit 2 ;;
+  keep-logs) keep_logs ;;
+  *) echo "usage: $0 up|down|status|kill C|start C|compact|keep-logs" >&2; exit 2 ;;
 esac
