@@ -121,8 +121,7 @@ async fn auto_configmap_is_stamped_and_a_data_change_rolls_exactly_once() -> Res
     let (client, ns) = setup("e2e-auto").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
-    apply_yaml(&client, Some(&ns.name), &deployment("web", json!({"reloader.stakater.com/auto": "true"}),
-        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}))).await?;
+    apply_yaml(&client, Some(&ns.name), &auto_web()).await?;
     let h1 = cm_hash(&client, &ns.name, "app-config").await?;
     assert_eq!(
         deployment_env(&client, &ns.name, "web", 0, "STAKATER_APP_CONFIG_CONFIGMAP").await?,
@@ -363,8 +362,7 @@ async fn annotations_strategy_records_config_hashes() -> Result<()> {
         },
     )
     .await?;
-    apply_yaml(&client, Some(&ns.name), &deployment("web", json!({"reloader.stakater.com/auto": "true"}),
-        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}))).await?;
+    apply_yaml(&client, Some(&ns.name), &auto_web()).await?;
     let hashes = |d: &Value| {
         d.pointer("/spec/template/metadata/annotations/rekindle.io~1config-hashes")
             .and_then(Value::as_str)
@@ -481,8 +479,7 @@ async fn changes_while_stopped_are_caught_up_exactly_once() -> Result<()> {
     let (client, ns) = setup("e2e-catchup").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
-    apply_yaml(&client, Some(&ns.name), &deployment("web", json!({"reloader.stakater.com/auto": "true"}),
-        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}))).await?;
+    apply_yaml(&client, Some(&ns.name), &auto_web()).await?;
     apply_yaml(&client, Some(&ns.name), &deployment("other", json!({"reloader.stakater.com/auto": "true"}),
         json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "rekindle-probe"}}]}]}))).await?;
     expect_replica_sets(&client, &ns.name, "web", 1).await?;
@@ -544,9 +541,9 @@ async fn a_new_workload_with_a_stale_marker_is_reloaded_at_once() -> Result<()> 
     ns.cleanup().await
 }
 
-#[tokio::test]
-async fn with_the_webhook_down_workloads_are_created_and_still_reloaded() -> Result<()> {
-    let (client, ns) = setup("e2e-nowebhook").await?;
+/// The ConfigMap, and rekindle running without its webhook (workloads are created unstamped).
+async fn without_webhook(prefix: &str) -> Result<(Client, TestNamespace, Rekindle)> {
+    let (client, ns) = setup(prefix).await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let rk = Rekindle::start(
         &client,
@@ -557,8 +554,67 @@ async fn with_the_webhook_down_workloads_are_created_and_still_reloaded() -> Res
         },
     )
     .await?;
-    apply_yaml(&client, Some(&ns.name), &deployment("web", json!({"reloader.stakater.com/auto": "true"}),
-        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}))).await?;
+    Ok((client, ns, rk))
+}
+
+/// `web`: auto-reload, all of `app-config` as environment.
+fn auto_web() -> String {
+    deployment(
+        "web",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}),
+    )
+}
+
+/// Without the webhook a new workload has no marker; when its watch event is handled after a change of
+/// its ConfigMap written after its creation (the two watches are not ordered), it is reloaded when seen,
+/// once. rekindle is frozen across the create and the change so both events arrive together; either
+/// order must give exactly one reload.
+#[tokio::test]
+async fn an_unmarked_workload_created_before_a_change_it_was_seen_after_is_reloaded_once(
+) -> Result<()> {
+    let (client, ns, rk) = without_webhook("e2e-unmarked").await?;
+    rk.signal("STOP")?;
+    let resumed = async {
+        apply_yaml(&client, Some(&ns.name), &auto_web()).await?;
+        expect_replica_sets(&client, &ns.name, "web", 1).await?;
+        // The change is written in a later second than the creation (the apiserver's timestamps are
+        // whole seconds).
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        patch_cm(
+            &client,
+            &ns.name,
+            "app-config",
+            json!({"data": {"greeting": "x"}}),
+        )
+        .await
+    }
+    .await;
+    rk.signal("CONT")?;
+    resumed?;
+    let want = cm_hash(&client, &ns.name, "app-config").await?;
+    wait_for("web to carry the new hash", TIMEOUT, || async {
+        Ok(
+            (deployment_env(&client, &ns.name, "web", 0, "STAKATER_APP_CONFIG_CONFIGMAP").await?
+                == Some(want.clone()))
+            .then_some(()),
+        )
+    })
+    .await?;
+    expect_replica_sets(&client, &ns.name, "web", 2).await?;
+    assert_eq!(
+        rk.metric("reloader_reload_executed_total{success=\"true\"}")
+            .await?,
+        1.0
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn with_the_webhook_down_workloads_are_created_and_still_reloaded() -> Result<()> {
+    let (client, ns, rk) = without_webhook("e2e-nowebhook").await?;
+    apply_yaml(&client, Some(&ns.name), &auto_web()).await?;
     assert_eq!(
         deployment_env(&client, &ns.name, "web", 0, "STAKATER_APP_CONFIG_CONFIGMAP").await?,
         None,

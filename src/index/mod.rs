@@ -4,7 +4,7 @@
 //! "Read hashes + record workload" (admission) and "update hash + find dependents" (watch) are each one
 //! critical section, so no change can fall between them. Secret data is never kept: hashes only.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
@@ -110,7 +110,16 @@ struct State {
     reverse: HashMap<ResourceKey, HashSet<WorkloadKey>>,
     /// namespace → workloads with reload patterns (found by evaluation, not by reference).
     patterns: HashMap<String, HashSet<WorkloadKey>>,
+    /// Resource changes that triggered reloads within `RECENT_CHANGES_KEPT`: the apiserver's time of the
+    /// write (seconds) and when it was handled. See `missed_changes_of`.
+    recent_changes: HashMap<ResourceKey, (i64, Instant)>,
+    /// The same, oldest first, so expiry is cheap.
+    recent_order: VecDeque<(Instant, ResourceKey)>,
 }
+
+/// How long a handled change is remembered for workloads the watch has not seen yet. Longer than any
+/// watch gap short of a re-list, after which the consistency pass takes over.
+pub const RECENT_CHANGES_KEPT: Duration = Duration::from_secs(600);
 
 impl State {
     /// The references whose marker on the workload differs from the resource's current hash.
@@ -388,13 +397,64 @@ impl Index {
         out
     }
 
-    /// The references of one workload whose marker differs from the resource's current hash.
-    pub fn stale_markers_of(&self, key: &WorkloadKey) -> Vec<ResourceRef> {
+    /// Remembers that a change of `key`, written by the apiserver at `written_at` (Unix seconds),
+    /// triggered reloads of the workloads known then.
+    pub fn record_change(&self, key: &ResourceKey, written_at: i64) {
+        let mut state = self.write();
+        let now = Instant::now();
+        while let Some((at, _)) = state.recent_order.front() {
+            if now.duration_since(*at) <= RECENT_CHANGES_KEPT {
+                break;
+            }
+            let Some((at, old)) = state.recent_order.pop_front() else {
+                break;
+            };
+            if state
+                .recent_changes
+                .get(&old)
+                .is_some_and(|(_, t)| *t == at)
+            {
+                state.recent_changes.remove(&old);
+            }
+        }
+        state.recent_changes.insert(key.clone(), (written_at, now));
+        state.recent_order.push_back((now, key.clone()));
+    }
+
+    /// What a workload the watch sees for the first time missed (the watches are not ordered, and a
+    /// generateName workload is unknown until the watch names it): references whose marker differs
+    /// from the resource's current hash, and references without a marker (the webhook was down or
+    /// skipped it) whose resource changed after the workload was created (`created_at`, Unix seconds;
+    /// a change within the same second is taken as older, since the pods may already have it).
+    pub fn missed_changes_of(
+        &self,
+        key: &WorkloadKey,
+        created_at: Option<i64>,
+    ) -> Vec<ResourceRef> {
         let state = self.read();
         let Some(entry) = state.workloads.get(key) else {
             return Vec::new();
         };
-        state.stale_refs(key, entry).cloned().collect()
+        let mut out: Vec<ResourceRef> = state.stale_refs(key, entry).cloned().collect();
+        let Some(created_at) = created_at else {
+            return out;
+        };
+        out.extend(
+            entry
+                .refs
+                .iter()
+                .filter(|r| !entry.markers.contains_key(*r))
+                .filter(|r| {
+                    state
+                        .recent_changes
+                        .get(&ResourceKey::new(r.kind, &key.namespace, &r.name))
+                        .is_some_and(|(written_at, seen)| {
+                            *written_at > created_at && seen.elapsed() <= RECENT_CHANGES_KEPT
+                        })
+                })
+                .cloned(),
+        );
+        out
     }
 
     /// Referenced resources that exist but whose marker the workload lacks (`--sync-after-restart` with
@@ -514,21 +574,63 @@ mod tests {
             kind: ResourceKind::ConfigMap,
             name: "cfg".into(),
         };
-        assert_eq!(index.stale_markers_of(&a), vec![cfg_ref]);
+        assert_eq!(index.missed_changes_of(&a, None), vec![cfg_ref]);
         assert!(!index.apply_workload(a.clone(), ea), "seen before");
         // Current marker, or no marker at all: nothing stale.
         let (b, eb) = mk_deploy("ns", "b", "cfg", Some("h2"));
         let (c, ec) = mk_deploy("ns", "c", "other", None);
         index.apply_workload(b.clone(), eb);
         index.apply_workload(c.clone(), ec);
-        assert!(index.stale_markers_of(&b).is_empty());
-        assert!(index.stale_markers_of(&c).is_empty());
+        assert!(index.missed_changes_of(&b, None).is_empty());
+        assert!(index.missed_changes_of(&c, None).is_empty());
         let unknown = WorkloadKey {
             kind: WorkloadKind::Deployment,
             namespace: "ns".into(),
             name: "unknown".into(),
         };
-        assert!(index.stale_markers_of(&unknown).is_empty());
+        assert!(index.missed_changes_of(&unknown, None).is_empty());
+    }
+
+    #[test]
+    fn a_newly_seen_unmarked_workload_reports_changes_made_after_its_creation() {
+        let index = Index::new();
+        index.update_resource(&cm_key("ns", "cfg"), entry("h2"));
+        index.update_resource(&cm_key("ns", "quiet"), entry("q1"));
+        index.record_change(&cm_key("ns", "cfg"), 1_000);
+        index.record_change(&cm_key("other", "cfg"), 5_000);
+        let cfg_ref = ResourceRef {
+            kind: ResourceKind::ConfigMap,
+            name: "cfg".into(),
+        };
+        // No marker (created while the webhook was down), seen only after the change was handled.
+        let (a, ea) = mk_deploy("ns", "a", "cfg", None);
+        index.apply_workload(a.clone(), ea);
+        assert_eq!(index.missed_changes_of(&a, Some(999)), vec![cfg_ref]);
+        // Created in the same second as the write, or after it: its pods may have the new data.
+        assert!(index.missed_changes_of(&a, Some(1_000)).is_empty());
+        assert!(index.missed_changes_of(&a, Some(1_001)).is_empty());
+        // Unknown creation time: only markers count.
+        assert!(index.missed_changes_of(&a, None).is_empty());
+        // A resource that did not change, or changed in another namespace.
+        let (b, eb) = mk_deploy("ns", "b", "quiet", None);
+        index.apply_workload(b.clone(), eb);
+        assert!(index.missed_changes_of(&b, Some(0)).is_empty());
+        // A current marker wins over the recorded change.
+        let (c, ec) = mk_deploy("ns", "c", "cfg", Some("h2"));
+        index.apply_workload(c.clone(), ec);
+        assert!(index.missed_changes_of(&c, Some(0)).is_empty());
+    }
+
+    #[test]
+    fn recorded_changes_keep_the_latest_write_per_resource() {
+        let index = Index::new();
+        index.record_change(&cm_key("ns", "cfg"), 10);
+        index.record_change(&cm_key("ns", "cfg"), 20);
+        index.record_change(&cm_key("ns", "other"), 30);
+        let state = index.read();
+        assert_eq!(state.recent_changes.len(), 2);
+        assert_eq!(state.recent_changes[&cm_key("ns", "cfg")].0, 20);
+        assert_eq!(state.recent_order.len(), 3);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::DynamicObject;
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
@@ -120,14 +121,15 @@ impl Ctx {
 
     /// A workload the index had not confirmed yet may have been created just before a change of a
     /// resource it uses was handled (the two watches are not ordered, and a generateName workload is
-    /// unknown until the watch names it): reload it now rather than at the next consistency pass.
-    fn reload_if_stale(&self, key: &WorkloadKey) {
+    /// unknown until the watch names it): reload it now rather than at the next consistency pass, or
+    /// never (a workload without markers).
+    fn reload_if_stale(&self, key: &WorkloadKey, created_at: Option<i64>) {
         if self.notifier.is_some() {
             return;
         }
         let now = Instant::now();
-        for r in self.index.stale_markers_of(key) {
-            tracing::info!(workload = %key, resource = %r.name, "new workload's marker is already stale; reloading");
+        for r in self.index.missed_changes_of(key, created_at) {
+            tracing::info!(workload = %key, resource = %r.name, "new workload missed a change of a resource it uses; reloading");
             self.enqueue(
                 std::slice::from_ref(key),
                 r.kind,
@@ -209,7 +211,7 @@ pub async fn resources<K>(
                     key,
                     hash(&obj),
                     flags_of(&ctx.plan, &obj),
-                    !first_sync,
+                    (!first_sync).then(|| last_write(obj.meta())),
                     label,
                 );
             }
@@ -236,7 +238,7 @@ pub async fn resources<K>(
                     key,
                     hash(&obj),
                     flags_of(&ctx.plan, &obj),
-                    true,
+                    Some(last_write(obj.meta())),
                     label,
                 );
             }
@@ -249,12 +251,25 @@ pub async fn resources<K>(
     }
 }
 
+/// When the apiserver last wrote the object (Unix seconds): the newest managedFields time, else now.
+fn last_write(meta: &ObjectMeta) -> i64 {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|f| f.time.as_ref())
+        .map(|t| t.0.as_second())
+        .max()
+        .unwrap_or_else(|| jiff::Timestamp::now().as_second())
+}
+
+/// Records a resource; `written_at` is `Some` (the time of the write) when a change may trigger reloads,
+/// `None` during the first list.
 fn upsert(
     ctx: &Ctx,
     key: ResourceKey,
     hash: String,
     flags: ResourceFlags,
-    trigger: bool,
+    written_at: Option<i64>,
     label: &str,
 ) {
     let observed = Instant::now();
@@ -265,9 +280,9 @@ fn upsert(
             flags,
         },
     );
-    if !trigger {
+    let Some(written_at) = written_at else {
         return;
-    }
+    };
     let event = if update.previous.is_some() {
         Event::Update
     } else {
@@ -292,6 +307,7 @@ fn upsert(
     if ctx.notify(&update.dependents, &key, &hash, flags) {
         return;
     }
+    ctx.index.record_change(&key, written_at);
     ctx.enqueue(&update.dependents, key.kind, &key.name, event, observed);
 }
 
@@ -354,7 +370,8 @@ pub async fn workloads(
                 WorkloadEntry::from_object(&ctx.plan, &value, kind),
             );
             if new && check_stale {
-                ctx.reload_if_stale(&key);
+                let created_at = obj.metadata.creation_timestamp.as_ref();
+                ctx.reload_if_stale(&key, created_at.map(|t| t.0.as_second()));
             }
         }
         Err(e) => tracing::warn!(error = %e, "workload does not serialise; skipped"),
@@ -554,7 +571,7 @@ pub async fn spcps(
             ResourceKey::new(ResourceKind::SecretProviderClass, &ns, &class),
             hash,
             flags,
-            trigger,
+            trigger.then(|| last_write(obj.meta())),
             "secretproviderclasspodstatuses",
         );
     }
