@@ -246,6 +246,48 @@ pub async fn replica_sets(
         .collect())
 }
 
+/// How long a test waits for the cluster or rekindle to act.
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Waits until the Deployment has `n` ReplicaSets (`what` names the wait in a timeout error).
+pub async fn wait_replica_sets(
+    client: &Client,
+    ns: &str,
+    deployment: &str,
+    n: usize,
+    what: &str,
+) -> Result<()> {
+    wait_for(what, TIMEOUT, || async {
+        Ok((replica_sets(client, ns, deployment).await?.len() == n).then_some(()))
+    })
+    .await
+}
+
+/// Waits until the Deployment has exactly `n` ReplicaSets, then checks that no more appear for a few
+/// seconds (a doubled reload would).
+pub async fn expect_replica_sets(
+    client: &Client,
+    ns: &str,
+    deployment: &str,
+    n: usize,
+) -> Result<()> {
+    wait_replica_sets(
+        client,
+        ns,
+        deployment,
+        n,
+        &format!("{deployment} to have {n} ReplicaSet(s)"),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = replica_sets(client, ns, deployment).await?.len();
+    anyhow::ensure!(
+        now == n,
+        "{deployment}: expected exactly {n} ReplicaSet(s), found {now}"
+    );
+    Ok(())
+}
+
 /// A tiny HTTP receiver on 127.0.0.1 that answers 200 and passes on each request's
 /// (content type, body). Returns its URL.
 pub async fn http_receiver() -> Result<(

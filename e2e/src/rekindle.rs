@@ -1,6 +1,7 @@
 //! Starting and stopping rekindle processes for tests, each scoped to the test's namespaces with a
 //! webhook registration of its own (E2E.md "Isolation").
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -182,11 +183,7 @@ impl Rekindle {
             None => rekindle_binary()?,
         };
         // An older build compared by `just bench --vs` may not know every flag the harness prefers.
-        let help = std::process::Command::new(&binary)
-            .arg("--help")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-            .unwrap_or_default();
+        let help = help_of(&binary);
         let mut cmd = Command::new(binary);
         if !self.cluster_wide {
             cmd.arg(format!("--namespaces={}", self.namespaces.join(",")));
@@ -377,4 +374,23 @@ fn send_signal(pid: u32, signal: &str) {
         .arg(format!("-{signal}"))
         .arg(pid.to_string())
         .status();
+}
+
+/// A binary's `--help`, read once per binary.
+fn help_of(binary: &std::path::Path) -> String {
+    static HELP: std::sync::OnceLock<std::sync::Mutex<HashMap<PathBuf, String>>> =
+        std::sync::OnceLock::new();
+    let mut seen = HELP
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    seen.entry(binary.to_path_buf())
+        .or_insert_with(|| {
+            std::process::Command::new(binary)
+                .arg("--help")
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+                .unwrap_or_default()
+        })
+        .clone()
 }

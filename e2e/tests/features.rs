@@ -6,14 +6,13 @@ use anyhow::Result;
 use e2e::rekindle::{Options, Rekindle};
 use e2e::{
     admin_client, apply_value, apply_yaml, dynamic_api, get_json, replica_sets, wait_for,
-    TestNamespace,
+    wait_replica_sets, TestNamespace, TIMEOUT,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-const TIMEOUT: Duration = Duration::from_secs(60);
 const CM: &str =
     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-config}\ndata: {greeting: hello}\n";
 
@@ -74,10 +73,7 @@ async fn pause_period_holds_the_rollout_and_survives_a_restart() -> Result<()> {
     // An invalid period: Warning Event, reload without pause.
     let bad = get_json(&deployments, "bad").await?;
     assert_ne!(bad.pointer("/spec/paused"), Some(&json!(true)));
-    wait_for("bad to roll without pause", TIMEOUT, || async {
-        Ok((replica_sets(&client, &ns.name, "bad").await?.len() == 2).then_some(()))
-    })
-    .await?;
+    wait_replica_sets(&client, &ns.name, "bad", 2, "bad to roll without pause").await?;
     let events = Api::<Event>::namespaced(client.clone(), &ns.name)
         .list(&ListParams::default().fields("reason=InvalidAnnotation"))
         .await?;
@@ -176,9 +172,13 @@ async fn workloads_outside_the_watched_namespaces_are_untouched() -> Result<()> 
     for n in [&ns.name, &other.name] {
         change_cm(&client, n, "app-config", "changed").await?;
     }
-    wait_for("web in the watched namespace to roll", TIMEOUT, || async {
-        Ok((replica_sets(&client, &ns.name, "web").await?.len() == 2).then_some(()))
-    })
+    wait_replica_sets(
+        &client,
+        &ns.name,
+        "web",
+        2,
+        "web in the watched namespace to roll",
+    )
     .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
@@ -396,10 +396,7 @@ async fn with_ha_only_the_leader_writes_and_failover_loses_nothing() -> Result<(
     )
     .await?;
     change_cm(&client, &ns.name, "app-config", "one").await?;
-    wait_for("web to roll once", TIMEOUT, || async {
-        Ok((replica_sets(&client, &ns.name, "web").await?.len() == 2).then_some(()))
-    })
-    .await?;
+    wait_replica_sets(&client, &ns.name, "web", 2, "web to roll once").await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(replica_sets(&client, &ns.name, "web").await?.len(), 2);
     let series = "reloader_reload_executed_total{success=\"true\"}";
@@ -508,10 +505,12 @@ async fn namespace_selector_takes_effect_without_restart_and_resource_selector_f
         .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     change_cm(&client, &ns.name, "app-config", "after").await?;
-    wait_for(
+    wait_replica_sets(
+        &client,
+        &ns.name,
+        "web",
+        2,
         "web to roll once the namespace matches",
-        TIMEOUT,
-        || async { Ok((replica_sets(&client, &ns.name, "web").await?.len() == 2).then_some(())) },
     )
     .await?;
     // A ConfigMap outside the resource label selector never triggers.
@@ -551,19 +550,13 @@ async fn min_reload_interval_merges_changes_into_one_reload() -> Result<()> {
     )
     .await?;
     change_cm(&client, &ns.name, "app-config", "1").await?;
-    wait_for("the first reload", TIMEOUT, || async {
-        Ok((replica_sets(&client, &ns.name, "web").await?.len() == 2).then_some(()))
-    })
-    .await?;
+    wait_replica_sets(&client, &ns.name, "web", 2, "the first reload").await?;
     // Three changes inside the cooldown: one more reload at its end, carrying the last hash.
     for v in ["2", "3", "4"] {
         change_cm(&client, &ns.name, "app-config", v).await?;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    wait_for("the merged reload", TIMEOUT, || async {
-        Ok((replica_sets(&client, &ns.name, "web").await?.len() == 3).then_some(()))
-    })
-    .await?;
+    wait_replica_sets(&client, &ns.name, "web", 3, "the merged reload").await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(replica_sets(&client, &ns.name, "web").await?.len(), 3);
     assert_eq!(
@@ -609,10 +602,7 @@ async fn absent_markers_are_left_alone_unless_sync_after_restart_replays_them() 
         },
     )
     .await?;
-    wait_for("the replay to stamp web", TIMEOUT, || async {
-        Ok((replica_sets(&client, &ns.name, "web").await?.len() == 2).then_some(()))
-    })
-    .await?;
+    wait_replica_sets(&client, &ns.name, "web", 2, "the replay to stamp web").await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(replica_sets(&client, &ns.name, "web").await?.len(), 2);
     rk.stop().await?;
@@ -724,10 +714,12 @@ async fn kubernetes_namespace_scopes_and_namespaces_to_ignore_applies_cluster_wi
     .await?;
     change_cm(&client, &a.name, "app-config", "1").await?;
     change_cm(&client, &b.name, "app-config", "1").await?;
-    wait_for(
+    wait_replica_sets(
+        &client,
+        &a.name,
+        "web",
+        2,
         "web in the KUBERNETES_NAMESPACE to roll",
-        TIMEOUT,
-        || async { Ok((replica_sets(&client, &a.name, "web").await?.len() == 2).then_some(())) },
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -769,10 +761,7 @@ async fn kubernetes_namespace_scopes_and_namespaces_to_ignore_applies_cluster_wi
     .await?;
     change_cm(&client, &a.name, "app-config", "2").await?;
     change_cm(&client, &b.name, "app-config", "2").await?;
-    wait_for("web in a to roll again", TIMEOUT, || async {
-        Ok((replica_sets(&client, &a.name, "web").await?.len() == 3).then_some(()))
-    })
-    .await?;
+    wait_replica_sets(&client, &a.name, "web", 3, "web in a to roll again").await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         replica_sets(&client, &b.name, "web").await?.len(),
@@ -823,9 +812,13 @@ async fn resources_to_ignore_skips_that_kind_only() -> Result<()> {
         "Secrets ignored"
     );
     change_cm(&client, &ns.name, "app-config", "changed").await?;
-    wait_for("a ConfigMap change to roll web", TIMEOUT, || async {
-        Ok((replica_sets(&client, &ns.name, "web").await?.len() == 2).then_some(()))
-    })
+    wait_replica_sets(
+        &client,
+        &ns.name,
+        "web",
+        2,
+        "a ConfigMap change to roll web",
+    )
     .await?;
     rk.stop().await?;
     ns.cleanup().await

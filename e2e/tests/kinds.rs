@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 use e2e::rekindle::{Options, Rekindle};
-use e2e::{admin_client, apply_value, apply_yaml, dynamic_api, get_json, wait_for, TestNamespace};
+use e2e::{
+    admin_client, apply_value, apply_yaml, dynamic_api, get_json, wait_for, TestNamespace, TIMEOUT,
+};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -12,7 +14,6 @@ use kube::{Api, Client, ResourceExt};
 use rekindle::core::hash::configmap_hash_typed;
 use serde_json::{json, Value};
 
-const TIMEOUT: Duration = Duration::from_secs(60);
 const CM: &str =
     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-config}\ndata: {greeting: hello}\n";
 

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use e2e::chart::{
@@ -13,6 +12,7 @@ use e2e::chart::{
 use e2e::rekindle::{Options, Rekindle};
 use e2e::{
     admin_client, apply_value, apply_yaml, client_from, root, state_dir, wait_for, TestNamespace,
+    TIMEOUT,
 };
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -20,8 +20,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
-
-const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The chart's hook objects of one template other than its Jobs (the RBAC the Jobs run with).
 fn hook_rbac(release: &str, ns: &str, template: &str) -> Result<(Vec<Value>, Vec<Value>)> {

@@ -2,18 +2,14 @@
 //! thousands of env entries, annotations near the 256 KiB limit, non-ASCII data, dotted names,
 //! generateName. Each is admitted (never a patch that fails to apply) and stamped where it can be.
 
-use std::time::Duration;
-
 use anyhow::Result;
 use e2e::rekindle::{Options, Rekindle};
-use e2e::{admin_client, apply_value, dynamic_api, get_json, wait_for, TestNamespace};
+use e2e::{admin_client, apply_value, dynamic_api, get_json, wait_for, TestNamespace, TIMEOUT};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::Api;
 use rekindle::core::hash::configmap_hash_typed;
 use serde_json::{json, Value};
-
-const TIMEOUT: Duration = Duration::from_secs(60);
 
 fn deployment(
     name: &str,

@@ -5,17 +5,13 @@ use std::time::Duration;
 
 use anyhow::Result;
 use e2e::rekindle::{Options, Rekindle};
-use e2e::{admin_client, apply_yaml, replica_sets, wait_for, TestNamespace};
+use e2e::{admin_client, apply_yaml, expect_replica_sets, wait_for, TestNamespace, TIMEOUT};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use rekindle::core::hash::{configmap_hash_typed, secret_hash_typed};
 use serde_json::{json, Value};
-
-const TIMEOUT: Duration = Duration::from_secs(60);
-/// How long "nothing else happens" is watched for.
-const QUIET: Duration = Duration::from_secs(3);
 
 async fn setup(prefix: &str) -> Result<(Client, TestNamespace)> {
     let client = admin_client().await?;
@@ -71,27 +67,6 @@ async fn deployment_env(
         container,
         env,
     ))
-}
-
-async fn rs_count(client: &Client, ns: &str, name: &str) -> Result<usize> {
-    Ok(replica_sets(client, ns, name).await?.len())
-}
-
-/// Waits until the Deployment has exactly `n` ReplicaSets, then checks that no more appear.
-async fn expect_replica_sets(client: &Client, ns: &str, name: &str, n: usize) -> Result<()> {
-    wait_for(
-        &format!("{name} to have {n} ReplicaSet(s)"),
-        TIMEOUT,
-        || async { Ok((rs_count(client, ns, name).await? == n).then_some(())) },
-    )
-    .await?;
-    tokio::time::sleep(QUIET).await;
-    let now = rs_count(client, ns, name).await?;
-    assert_eq!(
-        now, n,
-        "{name}: expected exactly {n} ReplicaSet(s), found {now}"
-    );
-    Ok(())
 }
 
 async fn patch_cm(client: &Client, ns: &str, name: &str, patch: Value) -> Result<()> {

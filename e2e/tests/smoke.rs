@@ -1,19 +1,15 @@
 //! The control plane itself: version, rollouts through the controller-manager and kwok, CRDs, RBAC.
 
-use std::time::Duration;
-
 use anyhow::Result;
 use e2e::{
     admin_client, apply_yaml, client_with_cert, dynamic_api, replica_sets, state_dir, wait_for,
-    TestNamespace,
+    TestNamespace, TIMEOUT,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::Api;
 use serde_json::json;
-
-const TIMEOUT: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn server_reports_v1_35() -> Result<()> {

@@ -247,8 +247,7 @@ impl Admission {
             Some(old) => refs::pod_template(old, kind) != refs::pod_template(&obj, kind),
         };
         if may_add {
-            let known = (!restored).then_some(&entry.markers);
-            let changes = self.new_markers(kind, namespace, &obj, &entry, known, &hashes);
+            let changes = self.new_markers(kind, namespace, &obj, &entry, restored, &hashes);
             if !changes.is_empty() {
                 ops.extend(
                     patch::render_onto(&mut obj, kind, &changes).map_err(|e| e.to_string())?,
@@ -262,15 +261,15 @@ impl Admission {
     }
 
     /// Markers for every referenced resource the policy says should trigger the workload, and that the
-    /// object does not carry yet. A marker the object carries is never changed. `known`: the markers
-    /// `obj` carries, when already read.
+    /// object does not carry yet. A marker the object carries is never changed. `restored`: markers were
+    /// put back onto `obj` after `entry` read it, so they are read again.
     fn new_markers(
         &self,
         kind: WorkloadKind,
         namespace: &str,
         obj: &Value,
         entry: &WorkloadEntry,
-        known: Option<&BTreeMap<ResourceRef, String>>,
+        restored: bool,
         hashes: &HashMap<ResourceRef, ResourceEntry>,
     ) -> Vec<MarkerChange> {
         let spec = refs::pod_spec(obj, kind);
@@ -278,14 +277,12 @@ impl Admission {
         let mut out = Vec::new();
         for r in &entry.refs {
             let Some(res) = hashes.get(r) else { continue };
-            let has_marker = match known {
-                Some(markers) => markers.contains_key(r),
-                None => {
-                    let container =
-                        spec.and_then(|s| refs::choose_container(s, r.kind, &r.name, true));
-                    plan::current_marker(&self.plan, obj, kind, r.kind, &r.name, container.as_ref())
-                        .is_some()
-                }
+            let has_marker = if restored {
+                let container = spec.and_then(|s| refs::choose_container(s, r.kind, &r.name, true));
+                plan::current_marker(&self.plan, obj, kind, r.kind, &r.name, container.as_ref())
+                    .is_some()
+            } else {
+                entry.markers.contains_key(r)
             };
             if has_marker {
                 continue;
