@@ -401,6 +401,7 @@ async fn run(config: Config) -> Result<()> {
                     }
                     _ = gauges.tick() => {
                         index.expire_provisional(PROVISIONAL_TTL);
+                        index.expire_recent_changes();
                         let s = index.sizes();
                         metrics.index_resources.set(s.resources as i64);
                         metrics.index_workloads.set(s.workloads as i64);

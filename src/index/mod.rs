@@ -136,6 +136,20 @@ impl State {
         })
     }
 
+    fn forget_changes_before(&mut self, now: Instant) {
+        while let Some((at, _)) = self.recent_order.front() {
+            if now.duration_since(*at) <= RECENT_CHANGES_KEPT {
+                break;
+            }
+            let Some((at, old)) = self.recent_order.pop_front() else {
+                break;
+            };
+            if self.recent_changes.get(&old).is_some_and(|(_, t)| *t == at) {
+                self.recent_changes.remove(&old);
+            }
+        }
+    }
+
     fn link(&mut self, key: &WorkloadKey, entry: &WorkloadEntry) {
         for r in &entry.refs {
             self.reverse
@@ -402,23 +416,15 @@ impl Index {
     pub fn record_change(&self, key: &ResourceKey, written_at: i64) {
         let mut state = self.write();
         let now = Instant::now();
-        while let Some((at, _)) = state.recent_order.front() {
-            if now.duration_since(*at) <= RECENT_CHANGES_KEPT {
-                break;
-            }
-            let Some((at, old)) = state.recent_order.pop_front() else {
-                break;
-            };
-            if state
-                .recent_changes
-                .get(&old)
-                .is_some_and(|(_, t)| *t == at)
-            {
-                state.recent_changes.remove(&old);
-            }
-        }
+        state.forget_changes_before(now);
         state.recent_changes.insert(key.clone(), (written_at, now));
         state.recent_order.push_back((now, key.clone()));
+    }
+
+    /// Forgets handled changes older than `RECENT_CHANGES_KEPT` (also done on each record; this covers
+    /// quiet periods).
+    pub fn expire_recent_changes(&self) {
+        self.write().forget_changes_before(Instant::now());
     }
 
     /// What a workload the watch sees for the first time missed (the watches are not ordered, and a
@@ -631,6 +637,12 @@ mod tests {
         assert_eq!(state.recent_changes.len(), 2);
         assert_eq!(state.recent_changes[&cm_key("ns", "cfg")].0, 20);
         assert_eq!(state.recent_order.len(), 3);
+        drop(state);
+        // Past the window everything is forgotten.
+        let later = Instant::now() + RECENT_CHANGES_KEPT + Duration::from_secs(1);
+        let mut state = index.write();
+        state.forget_changes_before(later);
+        assert!(state.recent_changes.is_empty() && state.recent_order.is_empty());
     }
 
     #[test]
