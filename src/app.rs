@@ -370,7 +370,6 @@ async fn run(config: Config) -> Result<()> {
             }
             tracing::info!(sizes = ?index.sizes(), "all watches synced; ready");
             metrics.ready.set(1);
-            release_free_heap();
             if replay_creates && !notify_only {
                 // Reloader's --sync-after-restart replay: existing resources whose marker a workload
                 // lacks count as created.
@@ -383,6 +382,7 @@ async fn run(config: Config) -> Result<()> {
             }
             let mut consistency = tokio::time::interval_at(tokio::time::Instant::now(), interval);
             let mut gauges = tokio::time::interval(Duration::from_secs(5));
+            // Its first tick is immediate: the peak of the first sync is handed back at once.
             let mut trim = tokio::time::interval(HEAP_TRIM_INTERVAL);
             let mut leader_check = tokio::time::interval(Duration::from_millis(500));
             let mut was_leader = leadership.is_leader();

@@ -136,14 +136,14 @@ impl State {
         })
     }
 
+    /// Drops the handled changes older than `RECENT_CHANGES_KEPT` at `now`, oldest first; a resource
+    /// changed again since keeps its newer record.
     fn forget_changes_before(&mut self, now: Instant) {
-        while let Some((at, _)) = self.recent_order.front() {
-            if now.duration_since(*at) <= RECENT_CHANGES_KEPT {
+        while let Some((at, old)) = self.recent_order.pop_front() {
+            if now.duration_since(at) <= RECENT_CHANGES_KEPT {
+                self.recent_order.push_front((at, old));
                 break;
             }
-            let Some((at, old)) = self.recent_order.pop_front() else {
-                break;
-            };
             if self.recent_changes.get(&old).is_some_and(|(_, t)| *t == at) {
                 self.recent_changes.remove(&old);
             }
@@ -421,8 +421,8 @@ impl Index {
         state.recent_order.push_back((now, key.clone()));
     }
 
-    /// Forgets handled changes older than `RECENT_CHANGES_KEPT` (also done on each record; this covers
-    /// quiet periods).
+    /// Forgets handled changes older than `RECENT_CHANGES_KEPT` (also done on each record; the gauge
+    /// tick calls this every 5 s to cover quiet periods).
     pub fn expire_recent_changes(&self) {
         self.write().forget_changes_before(Instant::now());
     }
@@ -454,9 +454,7 @@ impl Index {
                     state
                         .recent_changes
                         .get(&ResourceKey::new(r.kind, &key.namespace, &r.name))
-                        .is_some_and(|(written_at, seen)| {
-                            *written_at > created_at && seen.elapsed() <= RECENT_CHANGES_KEPT
-                        })
+                        .is_some_and(|(written_at, _)| *written_at > created_at)
                 })
                 .cloned(),
         );
