@@ -271,6 +271,14 @@ impl Rekindle {
         Ok(body)
     }
 
+    /// `reloader_reload_executed_total` for successful (`true`) or failed reloads.
+    pub async fn reloads(&self, success: bool) -> Result<f64> {
+        self.metric(&format!(
+            "reloader_reload_executed_total{{success=\"{success}\"}}"
+        ))
+        .await
+    }
+
     /// The value of one metric sample (exact series text), 0 when absent.
     pub async fn metric(&self, series: &str) -> Result<f64> {
         let body = self.metrics().await?;
@@ -283,7 +291,6 @@ impl Rekindle {
             .unwrap_or(0.0))
     }
 
-    /// SIGTERM and wait; the process must exit 0.
     /// The process's resident set size in bytes (from /proc).
     pub fn rss_bytes(&self) -> Option<u64> {
         let pid = self.child.as_ref()?.id()?;
@@ -299,6 +306,7 @@ impl Rekindle {
         Some(kb * 1024)
     }
 
+    /// SIGTERM and wait; the process must exit 0.
     pub async fn terminate(&mut self) -> Result<()> {
         if let Some(mut child) = self.child.take() {
             if let Some(pid) = child.id() {

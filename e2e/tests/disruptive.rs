@@ -273,8 +273,7 @@ async fn a_forced_relist_sees_changes_and_deletions_made_during_the_gap() -> Res
         assert_eq!(generation(&d), 2, "d-{i}: exactly one rollout");
     }
     assert_eq!(
-        rk.metric("reloader_reload_executed_total{success=\"false\"}")
-            .await?,
+        rk.reloads(false).await?,
         0.0,
         "the deleted Deployment caused no failed reload"
     );

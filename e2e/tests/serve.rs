@@ -129,11 +129,7 @@ async fn auto_configmap_is_stamped_and_a_data_change_rolls_exactly_once() -> Res
         deployment_env(&client, &ns.name, "web", 0, "STAKATER_APP_CONFIG_CONFIGMAP").await?,
         Some(h2)
     );
-    assert_eq!(
-        rk.metric("reloader_reload_executed_total{success=\"true\"}")
-            .await?,
-        1.0
-    );
+    assert_eq!(rk.reloads(true).await?, 1.0);
 
     let events = Api::<Event>::namespaced(client.clone(), &ns.name)
         .list(&ListParams::default().fields("reason=Reloaded"))
@@ -241,11 +237,7 @@ async fn statefulset_and_daemonset_reload() -> Result<()> {
         .await?;
     }
     wait_for("two reloads counted", TIMEOUT, || async {
-        Ok((rk
-            .metric("reloader_reload_executed_total{success=\"true\"}")
-            .await?
-            == 2.0)
-            .then_some(()))
+        Ok((rk.reloads(true).await? == 2.0).then_some(()))
     })
     .await?;
     rk.stop().await?;
@@ -413,11 +405,7 @@ async fn a_configmap_and_a_secret_changed_together_give_one_rollout() -> Result<
         env_of(&d, 0, "STAKATER_APP_SECRET_SECRET"),
         Some(secret_hash(&client, &ns.name, "app-secret").await?)
     );
-    assert_eq!(
-        rk.metric("reloader_reload_executed_total{success=\"true\"}")
-            .await?,
-        1.0
-    );
+    assert_eq!(rk.reloads(true).await?, 1.0);
     rk.stop().await?;
     ns.cleanup().await
 }
@@ -577,11 +565,7 @@ async fn an_unmarked_workload_created_before_a_change_it_was_seen_after_is_reloa
     })
     .await?;
     expect_replica_sets(&client, &ns.name, "web", 2).await?;
-    assert_eq!(
-        rk.metric("reloader_reload_executed_total{success=\"true\"}")
-            .await?,
-        1.0
-    );
+    assert_eq!(rk.reloads(true).await?, 1.0);
     rk.stop().await?;
     ns.cleanup().await
 }

@@ -175,12 +175,8 @@ async fn main() -> Result<()> {
         },
     )
     .await?;
-    let failed = rk
-        .metric("reloader_reload_executed_total{success=\"false\"}")
-        .await?;
-    let ok = rk
-        .metric("reloader_reload_executed_total{success=\"true\"}")
-        .await?;
+    let failed = rk.reloads(false).await?;
+    let ok = rk.reloads(true).await?;
     rk.stop().await?;
     ns.cleanup().await?;
 

@@ -176,9 +176,7 @@ async fn s1(
             .context("a reload was not seen within 30 s")?;
         latencies.push(seen.saturating_duration_since(accepted).as_secs_f64() * 1000.0);
     }
-    let reloads = rk
-        .metric("reloader_reload_executed_total{success=\"true\"}")
-        .await?;
+    let reloads = rk.reloads(true).await?;
     rk.stop().await?;
     ns.cleanup().await?;
     let mut s = summary(latencies);
@@ -339,9 +337,7 @@ async fn s2(client: &Client, debounce: &str, n: usize, binary: Option<PathBuf>) 
             _ => break,
         }
     }
-    let reloads = rk
-        .metric("reloader_reload_executed_total{success=\"true\"}")
-        .await?;
+    let reloads = rk.reloads(true).await?;
     rk.stop().await?;
     ns.cleanup().await?;
     let all_s = done.values().copied().fold(0.0, f64::max) / 1000.0;
@@ -446,9 +442,7 @@ async fn s7(client: &Client, seconds: u64, binary: Option<PathBuf>) -> Result<Va
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let reloads_before = rk
-        .metric("reloader_reload_executed_total{success=\"true\"}")
-        .await?;
+    let reloads_before = rk.reloads(true).await?;
     let idle_start = rk.cpu_seconds().unwrap_or(0.0);
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let idle_cpu = rk.cpu_seconds().unwrap_or(0.0) - idle_start;
@@ -470,10 +464,7 @@ async fn s7(client: &Client, seconds: u64, binary: Option<PathBuf>) -> Result<Va
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let storm_cpu = rk.cpu_seconds().unwrap_or(0.0) - storm_start;
-    let reloads = rk
-        .metric("reloader_reload_executed_total{success=\"true\"}")
-        .await?
-        - reloads_before;
+    let reloads = rk.reloads(true).await? - reloads_before;
     rk.stop().await?;
     ns.cleanup().await?;
     Ok(
