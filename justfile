@@ -9,9 +9,10 @@ default:
 build:
     cargo build --workspace --bins
 
-# Unit tests, the chart's tests, the end-to-end tests against a real control plane, then the reload
-# tests again under exactly the chart's RBAC with the release binary. What CI runs.
-test: unit e2e e2e-chart
+# Unit tests, the chart's tests, the end-to-end tests against a real control plane, the reload tests
+# again under exactly the chart's RBAC with the release binary, then the install tests: the image on the
+# real node, installed with helm. What CI runs.
+test: unit e2e e2e-chart e2e-install
 
 # The release build the image ships (the Dockerfile runs this same command; `just lint` checks it).
 release:
@@ -55,9 +56,28 @@ e2e-binaries:
 cluster-up:
     e2e/scripts/cluster.sh up
 
-# Stop every control-plane process and remove its state.
+# Stop every control-plane and node process (by pid) and remove their state.
 cluster-down:
+    e2e/scripts/node.sh down
     e2e/scripts/cluster.sh down
+
+# rekindle's image as an OCI archive, target/image/rekindle.tar, named as the chart's default image
+# (assembled from the Dockerfile's runtime stage and the release binaries; see scripts/build-image.py).
+image: release
+    scripts/build-image.py
+
+# The real node beside the kwok cluster: its own control plane, containerd, kubelet, kube-proxy and
+# CoreDNS in the network namespace rekindle-node, with the pause image and rekindle's image imported.
+# `e2e/scripts/node.sh exec -- CMD` runs CMD there (KUBECONFIG set): kubectl, helm, tests.
+node-up: image
+    e2e/scripts/node.sh up
+
+# The install tests on the real node: the README's helm commands, through the chart's own webhook.
+e2e-install: node-up
+    cargo build -p certs-gen
+    cargo test -p e2e --features real-node --test install --no-run
+    e2e/scripts/node.sh exec -- cargo test --offline -p e2e --features real-node --test install -- --test-threads=1 \
+      || { e2e/scripts/node.sh keep-logs; exit 101; }
 
 # Say what runs.
 cluster-status:
@@ -94,6 +114,10 @@ serve-local *FLAGS: cluster-up
 # Control plane, rekindle and a Deployment that reloads when its ConfigMap changes.
 demo:
     e2e/scripts/demo.sh
+
+# The real node, rekindle's image, `helm install` as the README says, and a Deployment that reloads.
+demo-install: node-up
+    e2e/scripts/demo-install.sh
 
 # Stop the demo's rekindle (the control plane keeps running).
 demo-stop:

@@ -128,14 +128,14 @@ async fn run(config: Config) -> Result<()> {
         optional.push(WorkloadKind::Rollout);
     }
     let kinds: Vec<WorkloadKind> = builtin.iter().chain(optional.iter()).copied().collect();
-    let leadership = if config.enable_ha {
+    let (leadership, election) = if config.enable_ha {
         let identity = std::env::var("POD_NAME")
             .ok()
             .or_else(|| hostname::get().ok().and_then(|h| h.into_string().ok()))
             .unwrap_or_else(|| "rekindle".into());
         let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
         tracing::info!(%identity, %namespace, lease = lease::LEASE_NAME, "leader election on");
-        lease::start(
+        let (leadership, election) = lease::start(
             client.clone(),
             lease::LeaseConfig {
                 namespace,
@@ -145,9 +145,10 @@ async fn run(config: Config) -> Result<()> {
                 retry_period: config.retry_period,
             },
             shutdown.clone(),
-        )
+        );
+        (leadership, Some(election))
     } else {
-        Leadership::always()
+        (Leadership::always(), None)
     };
 
     // Admin server first, so probes answer (503) while the watches sync.
@@ -428,6 +429,10 @@ async fn run(config: Config) -> Result<()> {
     shutdown.cancel();
     if let Some(t) = writer_task {
         let _ = t.await;
+    }
+    // After the last write, so two replicas never write at once.
+    if let Some(election) = election {
+        election.step_down().await;
     }
     if let Some(t) = webhook_task {
         let _ = t.await;

@@ -55,10 +55,29 @@ fn now() -> MicroTime {
     MicroTime(jiff::Timestamp::now())
 }
 
-/// Runs the election until `shutdown`, releasing the Lease on the way out.
-pub fn start(client: Client, cfg: LeaseConfig, shutdown: CancellationToken) -> Leadership {
+/// The running election; [`Election::step_down`] releases the Lease once the caller's writes are done.
+pub struct Election(tokio::task::JoinHandle<Option<(Api<Lease>, LeaseConfig)>>);
+
+impl Election {
+    /// Waits for the election to stop (after `shutdown`) and releases the Lease if this replica held it,
+    /// so the next leader takes over at once instead of after `--leader-election-lease-duration`.
+    pub async fn step_down(self) {
+        if let Ok(Some((api, cfg))) = self.0.await {
+            release(&api, &cfg).await;
+            tracing::info!(identity = %cfg.identity, "released the Lease");
+        }
+    }
+}
+
+/// Runs the election until `shutdown`. Leadership ends at `shutdown`; the Lease itself is released by
+/// [`Election::step_down`], which the caller awaits after its last write.
+pub fn start(
+    client: Client,
+    cfg: LeaseConfig,
+    shutdown: CancellationToken,
+) -> (Leadership, Election) {
     let (tx, rx) = watch::channel(false);
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
         let mut last_renew: Option<Instant> = None;
         loop {
@@ -92,12 +111,11 @@ pub fn start(client: Client, cfg: LeaseConfig, shutdown: CancellationToken) -> L
                 _ = shutdown.cancelled() => break,
             }
         }
-        if *tx.borrow() {
-            let _ = tx.send(false);
-            release(&api, &cfg).await;
-        }
+        let leading = *tx.borrow();
+        let _ = tx.send(false);
+        leading.then_some((api, cfg))
     });
-    Leadership(rx)
+    (Leadership(rx), Election(task))
 }
 
 async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool, kube::Error> {

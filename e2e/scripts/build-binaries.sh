@@ -3,14 +3,20 @@
 # kube-scheduler, kubectl, etcd, etcdctl, kwok, helm) from their Go modules and caches them by version
 # outside the repository. A binary already in the cache is never rebuilt.
 #
+# `node` adds what the real node runs (kubelet, kube-proxy, CoreDNS, the sandbox's pause binary); `node-all`
+# is both.
+#
 # Environment: K8S_VERSION (v1.35.4), ETCD_VERSION (v3.6.16), KWOK_VERSION (v0.7.0), HELM_VERSION (v3.21.4),
+# COREDNS_VERSION (v1.14.7),
 # REKINDLE_E2E_CACHE (~/.cache/rekindle-e2e). Prints the bin directory on the last line of stdout.
 set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
 
 K8S_VERSION="${K8S_VERSION:-v1.35.4}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.7.0}"
 HELM_VERSION="${HELM_VERSION:-v3.21.4}"
+COREDNS_VERSION="${COREDNS_VERSION:-v1.14.7}"
 CACHE="${REKINDLE_E2E_CACHE:-$HOME/.cache/rekindle-e2e}"
 BIN="$CACHE/bin-k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-helm-$HELM_VERSION"
 WORK="$CACHE/build"
@@ -21,13 +27,16 @@ log() { echo "[build-binaries] $*" >&2; }
 
 have() { [ -x "$BIN/$1" ]; }
 
+# build_kubernetes [BINARY...]: the control plane by default; `node` asks for kubelet and kube-proxy.
 build_kubernetes() {
-  local need=0
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do have "$b" || need=1; done
+  local wanted=("$@") need=0
+  [ "${#wanted[@]}" = 0 ] && wanted=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  for b in "${wanted[@]}"; do have "$b" || need=1; done
   [ "$need" = 0 ] && return 0
   local dir="$WORK/k8s-$K8S_VERSION" staging="v0.${K8S_VERSION#v1.}"
   mkdir -p "$dir" && cd "$dir"
-  if [ ! -f go.mod ]; then
+  if [ ! -f go.mod ] || ! grep -q kube-proxy tools.go 2>/dev/null; then
+    rm -f go.mod go.sum
     go mod init rekindle-e2e/k8s >/dev/null 2>&1
   fi
   log "resolving k8s.io/kubernetes@$K8S_VERSION (staging modules at $staging)"
@@ -48,6 +57,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
 GO
   go mod tidy -e >&2 || true
@@ -58,7 +69,7 @@ GO
     ld="$ld -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ld="$ld -X $pkg.gitTreeState=clean -X $pkg.gitCommit=0000000000000000000000000000000000000000 -X $pkg.buildDate=$date"
   done
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  for b in "${wanted[@]}"; do
     have "$b" && continue
     log "building $b $K8S_VERSION"
     go build -trimpath -ldflags "$ld" -o "$BIN/$b.tmp" "k8s.io/kubernetes/cmd/$b"
@@ -100,10 +111,33 @@ build_helm() {
   mv "$BIN/helm.tmp" "$BIN/helm"
 }
 
+build_coredns() {
+  have coredns && return 0
+  local dir="$WORK/coredns-$COREDNS_VERSION"
+  mkdir -p "$dir" && cd "$dir"
+  [ -f go.mod ] || go mod init rekindle-e2e/coredns >/dev/null 2>&1
+  log "building coredns $COREDNS_VERSION"
+  go get -tool "github.com/coredns/coredns@$COREDNS_VERSION" >&2
+  go build -trimpath -ldflags "-s -w" -o "$BIN/coredns.tmp" github.com/coredns/coredns
+  mv "$BIN/coredns.tmp" "$BIN/coredns"
+}
+
+# The pod sandbox's process (e2e/node/pause): the node imports it as its sandbox image.
+build_pause() {
+  have pause && return 0
+  log "building pause"
+  (cd "$HERE/../node/pause" && go build -trimpath -ldflags "-s -w" -o "$BIN/pause.tmp" .)
+  mv "$BIN/pause.tmp" "$BIN/pause"
+}
+
+build_node() { build_kubernetes kubelet kube-proxy; build_coredns; build_pause; }
+
 what="${1:-all}"
 case "$what" in
   all) build_etcd; build_kubernetes; build_kwok; build_helm ;;
+  node) build_node ;;
+  node-all) build_etcd; build_kubernetes; build_kwok; build_helm; build_node ;;
   kubernetes|etcd|kwok|helm) "build_$what" ;;
-  *) echo "usage: $0 [all|kubernetes|etcd|kwok|helm]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|node|node-all|kubernetes|etcd|kwok|helm]" >&2; exit 2 ;;
 esac
 echo "$BIN"

@@ -121,7 +121,10 @@ fn action_for(cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Action {
     }
 }
 
-/// The current marker for a resource, read from where this workload keeps it.
+/// The current marker for a resource, read from where this workload keeps it. In the pod template the
+/// other strategy's marker counts when this one's is absent: the pods already run with that hash, so
+/// switching `--reload-strategy` (or a replica of the other strategy writing during a rolling upgrade)
+/// restarts nothing until the resource changes again.
 pub fn current_marker(
     cfg: &PlanConfig,
     obj: &Value,
@@ -131,14 +134,21 @@ pub fn current_marker(
     container: Option<&ContainerRef>,
 ) -> Option<String> {
     let place = marker_place(cfg, obj, kind);
-    if place == Place::Metadata || cfg.strategy == Strategy::Annotations {
-        return config_hashes(obj, kind, place).remove(&config_hash_key(res, name));
+    let annotation = || config_hashes(obj, kind, place).remove(&config_hash_key(res, name));
+    if place == Place::Metadata {
+        return annotation();
     }
-    let env = env_var_name(name, res);
-    if res == ResourceKind::SecretProviderClass {
-        return first_env_value(obj, kind, &env).map(str::to_string);
+    let env = || {
+        let env = env_var_name(name, res);
+        if res == ResourceKind::SecretProviderClass {
+            return first_env_value(obj, kind, &env).map(str::to_string);
+        }
+        env_value(obj, kind, container?.index, &env).map(str::to_string)
+    };
+    match cfg.strategy {
+        Strategy::Annotations => annotation().or_else(env),
+        Strategy::EnvVars => env().or_else(annotation),
     }
-    env_value(obj, kind, container?.index, &env).map(str::to_string)
 }
 
 /// Decides and, when the workload must reload, lists the marker changes that bring it up to date.
@@ -447,6 +457,57 @@ mod tests {
         assert!(out
             .pointer("/spec/template/spec/containers/1/env")
             .is_none());
+    }
+
+    #[test]
+    fn switching_strategy_keeps_the_other_strategys_marker_current() {
+        let env_vars = PlanConfig::default();
+        let annotations = PlanConfig {
+            strategy: Strategy::Annotations,
+            ..Default::default()
+        };
+        let obj = workload(WorkloadKind::Deployment, auto());
+        let kind = WorkloadKind::Deployment;
+        for (first, then) in [(&env_vars, &annotations), (&annotations, &env_vars)] {
+            let marked = reload_and_check_idempotent(
+                first,
+                &obj,
+                kind,
+                &update(ResourceKind::ConfigMap, "app-config", H1),
+            );
+            // The same hash under the other strategy: the pods already have it.
+            let same = plan(
+                then,
+                &marked,
+                kind,
+                &update(ResourceKind::ConfigMap, "app-config", H1),
+                100,
+            );
+            assert!(
+                same.changes.is_empty(),
+                "{:?} after {:?}",
+                then.strategy,
+                first.strategy
+            );
+            // A new hash reloads, written the new strategy's way.
+            let changed = plan(
+                then,
+                &marked,
+                kind,
+                &update(ResourceKind::ConfigMap, "app-config", H2),
+                100,
+            );
+            assert!(!changed.changes.is_empty());
+            let out = apply(&marked, kind, &changed.changes).unwrap();
+            let again = plan(
+                then,
+                &out,
+                kind,
+                &update(ResourceKind::ConfigMap, "app-config", H2),
+                100,
+            );
+            assert!(again.changes.is_empty());
+        }
     }
 
     #[test]

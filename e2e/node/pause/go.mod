@@ -1,0 +1,3 @@
+module rekindle-e2e/pause
+
+go 1.22

@@ -1,0 +1,991 @@
+//! rekindle installed the way users install it, on the real node (`just node-up`, `e2e/scripts/node.sh`):
+//! the image built by `just image` running under containerd and runc, the README's `helm install`
+//! commands, and every admission going apiserver → the chart's Service → a pod, with the chart's
+//! `matchConditions` and namespace exclusions evaluated by the apiserver.
+//!
+//! Runs inside the node's network namespace (`node.sh exec -- cargo test -p e2e --features real-node
+//! --test install`), where `KUBECONFIG` names the node cluster's admin and kubectl and helm are on PATH.
+//! The tests share one cluster-scoped webhook configuration, so they run one at a time (a lock).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use base64::Engine;
+use e2e::{client_from, expect_replica_sets, root, wait_for, TestNamespace, TIMEOUT};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+const RELEASE_NS: &str = "rekindle";
+const WEBHOOK: &str = "workloads.rekindle.io";
+/// The node's sandbox image, imported by node.sh: a process that blocks until SIGTERM.
+const WORKLOAD_IMAGE: &str = "rekindle.local/pause:e2e";
+
+async fn client() -> Result<Client> {
+    let kc = std::env::var_os("KUBECONFIG")
+        .map(PathBuf::from)
+        .ok_or_else(|| anyhow!("KUBECONFIG is not set: run through e2e/scripts/node.sh exec"))?;
+    client_from(&kc).await
+}
+
+/// Runs a command from the workspace root (the README's commands are relative to it).
+fn run(program: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(root())
+        .output()
+        .with_context(|| format!("running {program}"))?;
+    if !out.status.success() {
+        bail!(
+            "{program} {} failed: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn helm(args: &[&str]) -> Result<String> {
+    run("helm", args)
+}
+
+fn kubectl(args: &[&str]) -> Result<String> {
+    run("kubectl", args)
+}
+
+/// What a user would look at when rekindle's pods do not come up: pods, events and container logs.
+fn diagnose(ns: &str) {
+    let show = |args: &[&str]| match Command::new("kubectl").args(args).output() {
+        Ok(o) => eprintln!(
+            "--- kubectl {}\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => eprintln!("--- kubectl {}: {e}", args.join(" ")),
+    };
+    show(&["-n", ns, "get", "pods,jobs,deployments", "-o", "wide"]);
+    show(&["-n", ns, "get", "events", "--sort-by=.lastTimestamp"]);
+    show(&[
+        "-n",
+        ns,
+        "logs",
+        "--all-containers",
+        "--prefix",
+        "--tail=40",
+        "-l",
+        "app.kubernetes.io/instance=rekindle",
+    ]);
+    show(&[
+        "-n",
+        ns,
+        "logs",
+        "--all-containers",
+        "--prefix",
+        "--tail=40",
+        "--previous",
+        "-l",
+        "app.kubernetes.io/instance=rekindle",
+    ]);
+}
+
+/// Waits for rekindle's Deployment to be rolled out and all its pods Ready through their own probes.
+fn wait_rolled_out(ns: &str) -> Result<()> {
+    kubectl(&[
+        "-n",
+        ns,
+        "rollout",
+        "status",
+        "deployment/rekindle",
+        "--timeout=180s",
+    ])
+    .inspect_err(|_| diagnose(ns))?;
+    Ok(())
+}
+
+async fn ready_pods(client: &Client, ns: &str) -> Result<Vec<Pod>> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(
+            &ListParams::default()
+                .labels("app.kubernetes.io/name=rekindle,app.kubernetes.io/instance=rekindle"),
+        )
+        .await?;
+    Ok(pods
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .collect())
+}
+
+/// The apiserver's own count of calls to rekindle's webhook (every operation and outcome).
+fn webhook_calls() -> Result<u64> {
+    let metrics = kubectl(&["get", "--raw", "/metrics"])?;
+    let needle = format!("name=\"{WEBHOOK}\"");
+    Ok(metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_admission_webhook_admission_duration_seconds_count{")
+                && l.contains(&needle)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64)
+}
+
+fn deployment(name: &str, configmap: &str, secret: &str, labels: Value) -> Result<Deployment> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels, "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{
+                        "name": "app",
+                        "image": WORKLOAD_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "envFrom": [{"configMapRef": {"name": configmap}}, {"secretRef": {"name": secret}}],
+                    }],
+                },
+            },
+        },
+    }))?)
+}
+
+/// The `STAKATER_*` markers in the Deployment's first container, by name.
+fn markers(d: &Deployment) -> BTreeMap<String, String> {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.env.as_ref())
+        .map(|env| {
+            env.iter()
+                .filter(|e| e.name.starts_with("STAKATER_"))
+                .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A ConfigMap, a Secret and a Deployment using both; returns the Deployment as the create answered it
+/// (the admission's mutation is in that answer, before any watch could have acted).
+async fn workload(client: &Client, ns: &str, name: &str, labels: Value) -> Result<Deployment> {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": name}, "data": {"v": "1"}}))?,
+    )
+    .await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}, "stringData": {"s": "1"}}))?,
+        )
+        .await?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    Ok(deployments
+        .create(
+            &PostParams::default(),
+            &deployment(name, name, name, labels)?,
+        )
+        .await?)
+}
+
+async fn change_configmap(client: &Client, ns: &str, name: &str, value: &str) -> Result<()> {
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"v": value}})),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn change_secret(client: &Client, ns: &str, name: &str, value: &str) -> Result<()> {
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"s": value}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// A workload in a fresh namespace is stamped at admission, and a ConfigMap change and a Secret change
+/// each roll it exactly once.
+async fn stamps_and_reloads(client: &Client, prefix: &str) -> Result<()> {
+    let ns = TestNamespace::new(client, prefix).await?;
+    let created = workload(client, &ns.name, "app", json!({})).await?;
+    let stamped = markers(&created);
+    ensure!(
+        stamped.contains_key("STAKATER_APP_CONFIGMAP")
+            && stamped.contains_key("STAKATER_APP_SECRET"),
+        "the Deployment was not stamped at admission: {stamped:?}"
+    );
+    expect_replica_sets(client, &ns.name, "app", 1).await?;
+    change_configmap(client, &ns.name, "app", "2").await?;
+    expect_replica_sets(client, &ns.name, "app", 2).await?;
+    change_secret(client, &ns.name, "app", "2").await?;
+    expect_replica_sets(client, &ns.name, "app", 3).await?;
+    ns.cleanup().await
+}
+
+/// The processes of rekindle's containers, seen from the node: user 65532 and a read-only root.
+fn check_container_processes(expected: usize) -> Result<()> {
+    let mut seen = 0;
+    for entry in std::fs::read_dir("/proc")? {
+        let dir = entry?.path();
+        let Ok(cmdline) = std::fs::read(dir.join("cmdline")) else {
+            continue;
+        };
+        let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+        if argv0 != b"/rekindle" {
+            continue;
+        }
+        let status = std::fs::read_to_string(dir.join("status"))?;
+        let uid = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .unwrap_or_default();
+        ensure!(
+            uid.split_whitespace().skip(1).all(|u| u == "65532"),
+            "{}: rekindle runs as {uid}",
+            dir.display()
+        );
+        let mountinfo = std::fs::read_to_string(dir.join("mountinfo"))?;
+        let root = mountinfo
+            .lines()
+            .find(|l| l.split_whitespace().nth(4) == Some("/"))
+            .ok_or_else(|| anyhow!("{}: no root mount", dir.display()))?;
+        let options = root.split_whitespace().nth(5).unwrap_or_default();
+        ensure!(
+            options.split(',').any(|o| o == "ro"),
+            "{}: root filesystem is not read-only: {root}",
+            dir.display()
+        );
+        seen += 1;
+    }
+    ensure!(
+        seen >= expected,
+        "found {seen} rekindle container process(es), expected {expected}"
+    );
+    Ok(())
+}
+
+async fn leader(client: &Client) -> Result<String> {
+    wait_for("a rekindle replica to hold the Lease", TIMEOUT, || async {
+        let lease = Api::<Lease>::namespaced(client.clone(), RELEASE_NS)
+            .get_opt("rekindle-leader")
+            .await?;
+        Ok(lease
+            .and_then(|l| l.spec?.holder_identity)
+            .filter(|h| !h.is_empty()))
+    })
+    .await
+}
+
+/// Two replicas, the Lease holder writes: a burst of changes with the leader pod deleted in the middle
+/// reloads every change exactly once.
+async fn leader_deleted_mid_burst(client: &Client) -> Result<()> {
+    let ns = TestNamespace::new(client, "install-ha").await?;
+    let names: Vec<String> = (0..6).map(|i| format!("app-{i}")).collect();
+    for name in &names {
+        workload(client, &ns.name, name, json!({})).await?;
+    }
+    for name in &names {
+        expect_replica_sets(client, &ns.name, name, 1).await?;
+    }
+    let holder = leader(client).await?;
+    for (i, name) in names.iter().enumerate() {
+        if i == names.len() / 2 {
+            Api::<Pod>::namespaced(client.clone(), RELEASE_NS)
+                .delete(&holder, &DeleteParams::default())
+                .await
+                .with_context(|| format!("deleting the leader pod {holder}"))?;
+        }
+        change_configmap(client, &ns.name, name, "2").await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for name in &names {
+        expect_replica_sets(client, &ns.name, name, 2).await?;
+    }
+    // The deleted replica released the Lease on its way out; the other one holds it now.
+    wait_for("the other replica to hold the Lease", TIMEOUT, || async {
+        let next = leader(client).await?;
+        Ok((next != holder).then_some(()))
+    })
+    .await?;
+    ns.cleanup().await
+}
+
+/// With two Ready replicas and minAvailable 1, one eviction is allowed and the next is refused.
+async fn pdb_refuses_the_last_replica(client: &Client) -> Result<()> {
+    let pods = wait_for(
+        "two Ready rekindle pods",
+        Duration::from_secs(120),
+        || async {
+            let pods = ready_pods(client, RELEASE_NS).await?;
+            Ok((pods.len() == 2).then_some(pods))
+        },
+    )
+    .await?;
+    let api = Api::<Pod>::namespaced(client.clone(), RELEASE_NS);
+    let first = pods[0].name_any();
+    api.evict(&first, &Default::default())
+        .await
+        .with_context(|| format!("evicting {first} with two replicas Ready"))?;
+    let second = pods[1].name_any();
+    match api.evict(&second, &Default::default()).await {
+        Err(kube::Error::Api(e)) if e.code == 429 => {}
+        other => {
+            bail!("evicting the last Ready replica {second} was not refused by the PDB: {other:?}")
+        }
+    }
+    wait_rolled_out(RELEASE_NS)
+}
+
+/// Workloads in kube-system, in the release namespace, in a namespace labelled
+/// rekindle.io/admission=disabled, or labelled so themselves never reach the webhook.
+async fn excluded_never_sent(client: &Client) -> Result<()> {
+    let labelled_ns = TestNamespace::new(client, "install-optout").await?;
+    kubectl(&[
+        "label",
+        "namespace",
+        &labelled_ns.name,
+        "rekindle.io/admission=disabled",
+    ])?;
+    let plain_ns = TestNamespace::new(client, "install-optin").await?;
+    let before = webhook_calls()?;
+    let cases = [
+        ("kube-system", "excluded-system", json!({})),
+        (RELEASE_NS, "excluded-release", json!({})),
+        (labelled_ns.name.as_str(), "excluded-ns", json!({})),
+        (
+            plain_ns.name.as_str(),
+            "excluded-label",
+            json!({"rekindle.io/admission": "disabled"}),
+        ),
+    ];
+    for (ns, name, labels) in &cases {
+        let created = workload(client, ns, name, labels.clone()).await?;
+        ensure!(
+            markers(&created).is_empty(),
+            "{ns}/{name} was stamped: {:?}",
+            markers(&created)
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = webhook_calls()?;
+    ensure!(
+        after == before,
+        "the apiserver called the webhook {} time(s) for excluded workloads",
+        after - before
+    );
+    // The positive control: the same workload in a plain namespace is sent and stamped.
+    let created = workload(client, &plain_ns.name, "included", json!({})).await?;
+    ensure!(
+        !markers(&created).is_empty(),
+        "a workload in {} was not stamped",
+        plain_ns.name
+    );
+    ensure!(
+        webhook_calls()? > after,
+        "the apiserver's webhook counter did not move for an included workload"
+    );
+    for (ns, name, _) in &cases[..2] {
+        Api::<Deployment>::namespaced(client.clone(), ns)
+            .delete(name, &DeleteParams::default())
+            .await?;
+        Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .delete(name, &DeleteParams::default())
+            .await?;
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .delete(name, &DeleteParams::default())
+            .await?;
+    }
+    labelled_ns.cleanup().await?;
+    plain_ns.cleanup().await
+}
+
+/// The serving certificate a rekindle pod presents on its webhook port.
+async fn served_certificate(pod_ip: &str) -> Result<Vec<u8>> {
+    use rustls::pki_types::ServerName;
+    #[derive(Debug)]
+    struct AnyCert;
+    impl rustls::client::danger::ServerCertVerifier for AnyCert {
+        fn verify_server_cert(
+            &self,
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &[rustls::pki_types::CertificateDer<'_>],
+            _: &ServerName<'_>,
+            _: &[u8],
+            _: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            _: &[u8],
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+        fn verify_tls13_signature(
+            &self,
+            _: &[u8],
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            rustls::crypto::ring::default_provider()
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
+    let config = rustls::ClientConfig::builder_with_provider(
+        rustls::crypto::ring::default_provider().into(),
+    )
+    .with_safe_default_protocol_versions()?
+    .dangerous()
+    .with_custom_certificate_verifier(std::sync::Arc::new(AnyCert))
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect((pod_ip, 9443)).await?;
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(
+            ServerName::try_from("rekindle.rekindle.svc")?.to_owned(),
+            tcp,
+        )
+        .await?;
+    let (_, conn) = tls.get_ref();
+    let chain = conn
+        .peer_certificates()
+        .ok_or_else(|| anyhow!("no certificate served"))?;
+    Ok(chain[0].to_vec())
+}
+
+fn pem_to_der(pem: &[u8]) -> Result<Vec<u8>> {
+    let text = std::str::from_utf8(pem)?;
+    let body: String = text
+        .lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN CERTIFICATE"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("-----END"))
+        .collect();
+    Ok(base64::engine::general_purpose::STANDARD.decode(body)?)
+}
+
+async fn tls_secret(client: &Client, name: &str) -> Result<BTreeMap<String, Vec<u8>>> {
+    let secret = Api::<Secret>::namespaced(client.clone(), RELEASE_NS)
+        .get(name)
+        .await?;
+    Ok(secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect())
+}
+
+async fn ca_bundle(client: &Client) -> Result<Vec<u8>> {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    let config = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get("rekindle")
+        .await?;
+    let hook = config
+        .webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .find(|w| w.name == WEBHOOK);
+    Ok(hook
+        .and_then(|w| w.client_config.ca_bundle)
+        .map(|b| b.0)
+        .unwrap_or_default())
+}
+
+fn pod_ip(p: &Pod) -> Result<String> {
+    p.status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .ok_or_else(|| anyhow!("{} has no address", p.name_any()))
+}
+
+/// After `helm uninstall`: the webhook configuration is gone and a workload is admitted unchanged;
+/// nothing of the release is left but the certificate Secrets certs-gen made (kept so a reinstall
+/// reuses them) and the Lease the replicas elected their leader with (written at run time, as every
+/// client-go controller's is). The test names them, then removes the namespace.
+async fn uninstall_and_check_leftovers(client: &Client, certs_secrets: &[&str]) -> Result<()> {
+    helm(&["uninstall", "rekindle", "-n", RELEASE_NS, "--wait"])?;
+    let pods = Api::<Pod>::namespaced(client.clone(), RELEASE_NS);
+    wait_for(
+        "rekindle's pods to be gone after uninstall",
+        TIMEOUT,
+        || async {
+            Ok(pods
+                .list(&ListParams::default().labels("app.kubernetes.io/instance=rekindle"))
+                .await?
+                .items
+                .is_empty()
+                .then_some(()))
+        },
+    )
+    .await?;
+    let webhooks = kubectl(&["get", "mutatingwebhookconfigurations", "-o", "name"])?;
+    ensure!(
+        !webhooks.contains("rekindle"),
+        "webhook configuration left after uninstall: {webhooks}"
+    );
+    let ns = TestNamespace::new(client, "install-after").await?;
+    let created = workload(client, &ns.name, "after", json!({})).await?;
+    ensure!(
+        markers(&created).is_empty(),
+        "a workload created after uninstall was stamped"
+    );
+    ns.cleanup().await?;
+    let left = kubectl(&[
+        "-n",
+        RELEASE_NS,
+        "get",
+        "deployments,replicasets,pods,services,endpoints,serviceaccounts,roles,rolebindings,configmaps,secrets,jobs,poddisruptionbudgets,leases",
+        "-o",
+        "name",
+    ])?;
+    let left: Vec<&str> = left
+        .lines()
+        .filter(|l| !l.is_empty())
+        .filter(|l| *l != "serviceaccount/default" && *l != "configmap/kube-root-ca.crt")
+        .filter(|l| !l.starts_with("pod/") || !l.contains("rekindle-test"))
+        .collect();
+    eprintln!("left in {RELEASE_NS} after uninstall: {left:?}");
+    let mut expected: Vec<String> = certs_secrets
+        .iter()
+        .map(|s| format!("secret/{s}"))
+        .collect();
+    expected.push("lease.coordination.k8s.io/rekindle-leader".into());
+    let unexpected: Vec<&&str> = left
+        .iter()
+        .filter(|l| !expected.iter().any(|e| e == *l))
+        .collect();
+    ensure!(
+        unexpected.is_empty(),
+        "left after uninstall: {unexpected:?}"
+    );
+    let cluster = kubectl(&[
+        "get",
+        "clusterroles,clusterrolebindings",
+        "-l",
+        "app.kubernetes.io/instance=rekindle",
+        "-o",
+        "name",
+    ])?;
+    ensure!(
+        cluster.trim().is_empty(),
+        "cluster-scoped objects left after uninstall: {cluster}"
+    );
+    kubectl(&[
+        "delete",
+        "namespace",
+        RELEASE_NS,
+        "--wait=true",
+        "--timeout=120s",
+    ])?;
+    Ok(())
+}
+
+/// Runs a test body; when it fails, prints what a user would look at first.
+async fn diagnosed(body: impl std::future::Future<Output = Result<()>>) -> Result<()> {
+    let result = body.await;
+    if result.is_err() {
+        diagnose(RELEASE_NS);
+    }
+    result
+}
+
+/// Whatever an earlier failed test left: the release, its namespace, its cluster-scoped objects.
+fn fresh_start() -> Result<()> {
+    helm(&[
+        "uninstall",
+        "rekindle",
+        "-n",
+        RELEASE_NS,
+        "--ignore-not-found",
+        "--wait",
+        "--timeout",
+        "120s",
+    ])?;
+    kubectl(&[
+        "delete",
+        "mutatingwebhookconfiguration",
+        "rekindle",
+        "--ignore-not-found",
+    ])?;
+    kubectl(&[
+        "delete",
+        "clusterroles,clusterrolebindings",
+        "-l",
+        "app.kubernetes.io/instance=rekindle",
+        "--ignore-not-found",
+    ])?;
+    kubectl(&[
+        "delete",
+        "namespace",
+        RELEASE_NS,
+        "--ignore-not-found",
+        "--wait=true",
+        "--timeout=120s",
+    ])?;
+    Ok(())
+}
+
+fn deployment_args(ns: &str) -> Result<String> {
+    kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "deployment",
+        "rekindle",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].args}",
+    ])
+}
+
+/// The README's default-free install (`certs.mode=certsGen`), then upgrade, rollback, `helm test`, HA,
+/// the PDB and uninstall, all through the chart's own webhook.
+async fn certs_gen_install_upgrade_rollback_uninstall_body() -> Result<()> {
+    let client = client().await?;
+    helm(&[
+        "install",
+        "rekindle",
+        "charts/rekindle",
+        "-n",
+        "rekindle",
+        "--create-namespace",
+        "--set",
+        "certs.mode=certsGen",
+    ])
+    .inspect_err(|_| diagnose(RELEASE_NS))?;
+    wait_rolled_out(RELEASE_NS)?;
+    let pods = ready_pods(&client, RELEASE_NS).await?;
+    ensure!(
+        pods.len() == 2,
+        "expected 2 Ready replicas, found {}",
+        pods.len()
+    );
+    check_container_processes(2)?;
+
+    // certs-gen's hook Jobs made the Secret and set the caBundle to its CA.
+    let tls = tls_secret(&client, "rekindle-tls").await?;
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        ensure!(
+            tls.get(key).is_some_and(|v| !v.is_empty()),
+            "rekindle-tls has no {key}"
+        );
+    }
+    ensure!(
+        ca_bundle(&client).await? == tls["ca.crt"],
+        "the webhook's caBundle is not the Secret's ca.crt"
+    );
+    let served = served_certificate(&pod_ip(&pods[0])?).await?;
+    ensure!(
+        served == pem_to_der(&tls["tls.crt"])?,
+        "the pod does not serve rekindle-tls's certificate"
+    );
+
+    excluded_never_sent(&client).await?;
+    stamps_and_reloads(&client, "install-reload").await?;
+    leader_deleted_mid_burst(&client).await?;
+    wait_rolled_out(RELEASE_NS)?;
+
+    // helm upgrade with a changed value rolls rekindle; a change made while it rolls is reloaded once.
+    let ns = TestNamespace::new(&client, "install-upgrade").await?;
+    workload(&client, &ns.name, "app", json!({})).await?;
+    expect_replica_sets(&client, &ns.name, "app", 1).await?;
+    let revision_before = kubectl(&[
+        "-n",
+        RELEASE_NS,
+        "get",
+        "deployment",
+        "rekindle",
+        "-o",
+        "jsonpath={.metadata.generation}",
+    ])?;
+    helm(&[
+        "upgrade",
+        "rekindle",
+        "charts/rekindle",
+        "-n",
+        "rekindle",
+        "--reuse-values",
+        "--set",
+        "rekindle.reloadStrategy=annotations",
+    ])?;
+    change_configmap(&client, &ns.name, "app", "2").await?;
+    wait_rolled_out(RELEASE_NS)?;
+    let revision_after = kubectl(&[
+        "-n",
+        RELEASE_NS,
+        "get",
+        "deployment",
+        "rekindle",
+        "-o",
+        "jsonpath={.metadata.generation}",
+    ])?;
+    ensure!(
+        revision_after != revision_before,
+        "helm upgrade did not roll rekindle"
+    );
+    ensure!(
+        deployment_args(RELEASE_NS)?.contains("annotations"),
+        "the upgraded Deployment does not run the annotations strategy"
+    );
+    expect_replica_sets(&client, &ns.name, "app", 2).await?;
+    change_configmap(&client, &ns.name, "app", "3").await?;
+    expect_replica_sets(&client, &ns.name, "app", 3).await?;
+    let d = Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .get("app")
+        .await?;
+    let template_annotations = d
+        .spec
+        .and_then(|s| s.template.metadata)
+        .and_then(|m| m.annotations)
+        .unwrap_or_default();
+    ensure!(
+        template_annotations.contains_key("reloader.stakater.com/last-reloaded-from"),
+        "after the upgrade the reload did not use the annotations strategy: {template_annotations:?}"
+    );
+
+    // helm rollback returns to the first revision's values, and reloads keep working.
+    helm(&[
+        "rollback",
+        "rekindle",
+        "1",
+        "-n",
+        "rekindle",
+        "--wait",
+        "--timeout",
+        "180s",
+    ])?;
+    wait_rolled_out(RELEASE_NS)?;
+    ensure!(
+        !deployment_args(RELEASE_NS)?.contains("annotations"),
+        "rollback left the annotations strategy"
+    );
+    change_configmap(&client, &ns.name, "app", "4").await?;
+    expect_replica_sets(&client, &ns.name, "app", 4).await?;
+    ns.cleanup().await?;
+
+    let out = helm(&["test", "rekindle", "-n", "rekindle", "--timeout", "120s"])
+        .inspect_err(|_| diagnose(RELEASE_NS))?;
+    ensure!(
+        out.contains("Succeeded"),
+        "helm test did not succeed: {out}"
+    );
+
+    pdb_refuses_the_last_replica(&client).await?;
+    uninstall_and_check_leftovers(&client, &["rekindle-tls", "rekindle-ca"]).await
+}
+
+/// certsGen with a certificate inside its renewal window: the upgrade's hook renews it, and the
+/// running pods serve the new one without a restart.
+async fn certs_gen_renewal_is_served_without_restart_body() -> Result<()> {
+    let client = client().await?;
+    helm(&[
+        "install",
+        "rekindle",
+        "charts/rekindle",
+        "-n",
+        "rekindle",
+        "--create-namespace",
+        "--set",
+        "certs.mode=certsGen",
+        "--set",
+        "certs.certsGen.days=20",
+    ])
+    .inspect_err(|_| diagnose(RELEASE_NS))?;
+    wait_rolled_out(RELEASE_NS)?;
+    let before = tls_secret(&client, "rekindle-tls").await?;
+    let pods: BTreeMap<String, String> = ready_pods(&client, RELEASE_NS)
+        .await?
+        .iter()
+        .map(|p| Ok((p.uid().unwrap_or_default(), pod_ip(p)?)))
+        .collect::<Result<_>>()?;
+    helm(&[
+        "upgrade",
+        "rekindle",
+        "charts/rekindle",
+        "-n",
+        "rekindle",
+        "--reuse-values",
+    ])?;
+    let after = tls_secret(&client, "rekindle-tls").await?;
+    ensure!(
+        after["tls.crt"] != before["tls.crt"],
+        "a certificate 20 days from expiry was not renewed on upgrade"
+    );
+    let renewed = pem_to_der(&after["tls.crt"])?;
+    // The kubelet updates the mounted Secret, rekindle reloads the pair from its files.
+    for ip in pods.values() {
+        wait_for(
+            &format!("the pod at {ip} to serve the renewed certificate"),
+            Duration::from_secs(150),
+            || async { Ok((served_certificate(ip).await? == renewed).then_some(())) },
+        )
+        .await?;
+    }
+    let now: Vec<Pod> = ready_pods(&client, RELEASE_NS).await?;
+    for p in &now {
+        ensure!(
+            pods.contains_key(&p.uid().unwrap_or_default()),
+            "pod {} is new: rekindle was restarted",
+            p.name_any()
+        );
+        let restarts: i32 = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .map(|c| c.iter().map(|c| c.restart_count).sum())
+            .unwrap_or(0);
+        ensure!(
+            restarts == 0,
+            "pod {} restarted {restarts} time(s)",
+            p.name_any()
+        );
+    }
+    stamps_and_reloads(&client, "install-renewed").await?;
+    uninstall_and_check_leftovers(&client, &["rekindle-tls", "rekindle-ca"]).await
+}
+
+/// `certs.mode=external` with a certificate made by certs-gen.
+async fn external_certificate_install_body() -> Result<()> {
+    let client = client().await?;
+    let dir = tempfile::tempdir()?;
+    let certs_gen = root().join("target/debug/certs-gen");
+    run(
+        certs_gen.to_str().unwrap_or_default(),
+        &[
+            "local",
+            "--out",
+            dir.path().to_str().unwrap_or_default(),
+            "--webhook-host",
+            "rekindle.rekindle.svc",
+        ],
+    )?;
+    kubectl(&["create", "namespace", RELEASE_NS])?;
+    let path = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    kubectl(&[
+        "-n",
+        RELEASE_NS,
+        "create",
+        "secret",
+        "tls",
+        "corp-webhook-tls",
+        &format!("--cert={}", path("webhook.crt")),
+        &format!("--key={}", path("webhook.key")),
+    ])?;
+    let ca =
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(dir.path().join("ca.crt"))?);
+    helm(&[
+        "install",
+        "rekindle",
+        "charts/rekindle",
+        "-n",
+        "rekindle",
+        "--set",
+        "certs.mode=external",
+        "--set",
+        "certs.secretName=corp-webhook-tls",
+        "--set",
+        &format!("certs.external.caBundle={ca}"),
+    ])
+    .inspect_err(|_| diagnose(RELEASE_NS))?;
+    wait_rolled_out(RELEASE_NS)?;
+    stamps_and_reloads(&client, "install-external").await?;
+    uninstall_and_check_leftovers(&client, &["corp-webhook-tls"]).await
+}
+
+/// `kubectl apply -f webhook-config/` (the README's install without Helm) on a clean cluster.
+async fn webhook_config_manifests_install_body() -> Result<()> {
+    let client = client().await?;
+    kubectl(&["create", "namespace", RELEASE_NS])?;
+    kubectl(&["apply", "-f", "webhook-config/rekindle.yaml"])?;
+    kubectl(&["apply", "-f", "webhook-config/certs-gen.yaml"])?;
+    kubectl(&[
+        "-n",
+        RELEASE_NS,
+        "wait",
+        "--for=condition=complete",
+        "job",
+        "--all",
+        "--timeout=180s",
+    ])
+    .inspect_err(|_| diagnose(RELEASE_NS))?;
+    wait_rolled_out(RELEASE_NS)?;
+    wait_for("the caBundle to be set", TIMEOUT, || async {
+        Ok((!ca_bundle(&client).await?.is_empty()).then_some(()))
+    })
+    .await?;
+    stamps_and_reloads(&client, "install-manifests").await?;
+    kubectl(&[
+        "delete",
+        "-f",
+        "webhook-config/certs-gen.yaml",
+        "--ignore-not-found",
+        "--wait=true",
+    ])?;
+    kubectl(&[
+        "delete",
+        "-f",
+        "webhook-config/rekindle.yaml",
+        "--ignore-not-found",
+        "--wait=true",
+    ])?;
+    kubectl(&[
+        "delete",
+        "namespace",
+        RELEASE_NS,
+        "--wait=true",
+        "--timeout=120s",
+    ])?;
+    Ok(())
+}
+
+macro_rules! install_test {
+    ($($name:ident => $body:ident),* $(,)?) => {$(
+        #[tokio::test]
+        async fn $name() -> Result<()> {
+            let _one = ONE_AT_A_TIME.lock().await;
+            fresh_start()?;
+            diagnosed($body()).await
+        }
+    )*};
+}
+
+install_test! {
+    certs_gen_install_upgrade_rollback_uninstall => certs_gen_install_upgrade_rollback_uninstall_body,
+    certs_gen_renewal_is_served_without_restart => certs_gen_renewal_is_served_without_restart_body,
+    external_certificate_install => external_certificate_install_body,
+    webhook_config_manifests_install => webhook_config_manifests_install_body,
+}
