@@ -201,6 +201,10 @@ async fn workload(client: &Client, ns: &str, name: &str, labels: Value) -> Resul
             &serde_json::from_value(json!({"metadata": {"name": name}, "stringData": {"s": "1"}}))?,
         )
         .await?;
+    // The webhook stamps the hashes its watches have seen: a workload admitted in the same instant as
+    // its resources' creation can miss them (the watch reloads it later instead). These tests are
+    // about the admission path, so the watches get a moment.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     Ok(deployments
         .create(
@@ -339,7 +343,8 @@ async fn leader_deleted_mid_burst(client: &Client) -> Result<()> {
     ns.cleanup().await
 }
 
-/// With two Ready replicas and minAvailable 1, one eviction is allowed and the next is refused.
+/// With two Ready replicas and minAvailable 1, of two evictions at once one is allowed and the other
+/// refused.
 async fn pdb_refuses_the_last_replica(client: &Client) -> Result<()> {
     let pods = wait_for(
         "two Ready rekindle pods",
@@ -350,18 +355,46 @@ async fn pdb_refuses_the_last_replica(client: &Client) -> Result<()> {
         },
     )
     .await?;
-    let api = Api::<Pod>::namespaced(client.clone(), RELEASE_NS);
-    let first = pods[0].name_any();
-    api.evict(&first, &Default::default())
-        .await
-        .with_context(|| format!("evicting {first} with two replicas Ready"))?;
-    let second = pods[1].name_any();
-    match api.evict(&second, &Default::default()).await {
-        Err(kube::Error::Api(e)) if e.code == 429 => {}
-        other => {
-            bail!("evicting the last Ready replica {second} was not refused by the PDB: {other:?}")
-        }
-    }
+    // The PDB controller's view must have caught up with the pods (after an upgrade it may still count
+    // a replica of the old revision).
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), RELEASE_NS);
+    wait_for("the PDB to count two healthy replicas", TIMEOUT, || async {
+        let status = pdbs.get("rekindle").await?.status.unwrap_or_default();
+        Ok((status.current_healthy == 2 && status.disruptions_allowed == 1).then_some(()))
+    })
+    .await?;
+    // Both evictions at once (as `kubectl drain` of two nodes would ask): the replacement of the first
+    // cannot be Ready yet, so exactly one may pass.
+    let evict = |pod: String| {
+        std::thread::spawn(move || {
+            let body = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                              "metadata": {"name": pod, "namespace": RELEASE_NS}});
+            let file = std::env::temp_dir().join(format!("eviction-{pod}.json"));
+            std::fs::write(&file, body.to_string())?;
+            let path = format!("/api/v1/namespaces/{RELEASE_NS}/pods/{pod}/eviction");
+            let out = Command::new("kubectl")
+                .args(["create", "--raw", &path, "-f"])
+                .arg(&file)
+                .output()?;
+            anyhow::Ok((
+                out.status.success(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ))
+        })
+    };
+    let (a, b) = (evict(pods[0].name_any()), evict(pods[1].name_any()));
+    let ra = a
+        .join()
+        .map_err(|_| anyhow!("eviction thread panicked"))??;
+    let rb = b
+        .join()
+        .map_err(|_| anyhow!("eviction thread panicked"))??;
+    let refused = |r: &(bool, String)| !r.0 && r.1.contains("TooManyRequests");
+    ensure!(
+        ra.0 != rb.0 && (refused(&ra) || refused(&rb)),
+        "two simultaneous evictions with minAvailable 1: expected one allowed and one refused (429), got {ra:?} and {rb:?}"
+    );
     wait_rolled_out(RELEASE_NS)
 }
 
@@ -762,6 +795,17 @@ async fn certs_gen_install_upgrade_rollback_uninstall_body() -> Result<()> {
         "the upgraded Deployment does not run the annotations strategy"
     );
     expect_replica_sets(&client, &ns.name, "app", 2).await?;
+    // A replica of the old revision leads until it has terminated; the next change is the new one's.
+    wait_for(
+        "a replica of the upgraded revision to hold the Lease",
+        TIMEOUT,
+        || async {
+            let holder = leader(&client).await?;
+            let current = ready_pods(&client, RELEASE_NS).await?;
+            Ok(current.iter().any(|p| p.name_any() == holder).then_some(()))
+        },
+    )
+    .await?;
     change_configmap(&client, &ns.name, "app", "3").await?;
     expect_replica_sets(&client, &ns.name, "app", 3).await?;
     let d = Api::<Deployment>::namespaced(client.clone(), &ns.name)

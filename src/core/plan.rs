@@ -308,7 +308,60 @@ pub fn marker_changes(
             });
         }
     }
+    if place == Place::Template {
+        out.extend(other_strategy_marker(cfg, obj, kind, change, container));
+    }
     out
+}
+
+/// The other strategy's marker for the same resource, kept in step when the template carries one (left
+/// by an earlier `--reload-strategy`, or by a replica of the other strategy during a rolling upgrade):
+/// [`current_marker`] falls back to it, so it must never fall behind.
+fn other_strategy_marker(
+    cfg: &PlanConfig,
+    obj: &Value,
+    kind: WorkloadKind,
+    change: &Change<'_>,
+    container: &ContainerRef,
+) -> Option<MarkerChange> {
+    let deleting = change.event == Event::Delete;
+    match cfg.strategy {
+        Strategy::EnvVars => {
+            let key = config_hash_key(change.kind, change.name);
+            config_hashes(obj, kind, Place::Template)
+                .contains_key(&key)
+                .then(|| {
+                    if deleting {
+                        MarkerChange::RemoveConfigHash {
+                            place: Place::Template,
+                            key,
+                        }
+                    } else {
+                        MarkerChange::SetConfigHash {
+                            place: Place::Template,
+                            key,
+                            hash: change.hash.to_string(),
+                        }
+                    }
+                })
+        }
+        Strategy::Annotations => {
+            let name = env_var_name(change.name, change.kind);
+            env_value(obj, kind, container.index, &name)?;
+            Some(if deleting {
+                MarkerChange::RemoveEnv {
+                    container: container.index,
+                    name,
+                }
+            } else {
+                MarkerChange::SetEnv {
+                    container: container.index,
+                    name,
+                    value: change.hash.to_string(),
+                }
+            })
+        }
+    }
 }
 
 #[cfg(test)]
@@ -499,14 +552,17 @@ mod tests {
             );
             assert!(!changed.changes.is_empty());
             let out = apply(&marked, kind, &changed.changes).unwrap();
-            let again = plan(
-                then,
-                &out,
-                kind,
-                &update(ResourceKind::ConfigMap, "app-config", H2),
-                100,
-            );
-            assert!(again.changes.is_empty());
+            // Both markers moved together: back on the first strategy nothing is owed either.
+            for cfg in [then, first] {
+                let again = plan(
+                    cfg,
+                    &out,
+                    kind,
+                    &update(ResourceKind::ConfigMap, "app-config", H2),
+                    100,
+                );
+                assert!(again.changes.is_empty(), "{:?}", cfg.strategy);
+            }
         }
     }
 
