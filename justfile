@@ -25,7 +25,7 @@ unit:
 # fmt, clippy, hadolint and helm lint, as CI enforces them.
 lint:
     cargo fmt --all --check
-    cargo clippy --workspace --all-targets -- -D warnings
+    cargo clippy --workspace --all-targets --all-features -- -D warnings
     scripts/check-dockerfile.sh
     e2e/scripts/helm.sh lint --strict charts/rekindle
 
@@ -75,6 +75,7 @@ node-up: image
 # The install tests on the real node: the README's helm commands, through the chart's own webhook.
 e2e-install: node-up
     cargo build -p certs-gen
+    cargo test -p e2e --features real-node --test image
     cargo test -p e2e --features real-node --test install --no-run
     e2e/scripts/node.sh exec -- cargo test --offline -p e2e --features real-node --test install -- --test-threads=1 \
       || { e2e/scripts/node.sh keep-logs; exit 101; }

@@ -125,6 +125,8 @@ state = "$CTRD/state"
   sandbox_image = "$PAUSE_IMAGE"
   # A negative oom_score_adj cannot be written without CAP_SYS_RESOURCE; runc then fails every sandbox.
   restrict_oom_score_adj = true
+  # Pod network namespaces under the state directory, so that node.sh down finds and removes each one.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
@@ -314,17 +316,23 @@ status() {
   [ "$any" = 1 ]
 }
 
-# The pods' processes outlive containerd: each runs under a shim whose pid containerd records.
-kill_shims() {
-  local f pids=()
-  for f in "$CTRD"/state/io.containerd.runtime.v2.task/*/*/init.pid "$CTRD"/state/io.containerd.runtime.v2.task/*/*/shim.pid; do
-    [ -f "$f" ] && pids+=("$(cat "$f")")
+# The pods' processes outlive the kubelet and containerd: the containers (in the kubelet's kubepods
+# cgroups) and the shims that watch them (found by the containerd socket on their command line).
+kill_pods() {
+  local pids=() p f
+  for f in $(find /sys/fs/cgroup/pids/kubepods* /sys/fs/cgroup/memory/kubepods* -name cgroup.procs 2>/dev/null); do
+    while read -r p; do [ -n "$p" ] && pids+=("$p"); done <"$f"
+  done
+  for f in /proc/[0-9]*/cmdline; do
+    if tr '\0' ' ' <"$f" 2>/dev/null | grep -q -- "containerd-shim.* -address $SOCK"; then
+      p="${f#/proc/}"; pids+=("${p%/cmdline}")
+    fi
   done
   [ "${#pids[@]}" = 0 ] && return 0
   kill -9 "${pids[@]}" 2>/dev/null || true
   for _ in $(seq 1 50); do
-    local alive=0 p
-    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    local alive=0
+    for p in "${pids[@]}"; do [ -e "/proc/$p" ] && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null && alive=1; done
     [ "$alive" = 0 ] && break
     sleep 0.1
   done
@@ -343,7 +351,7 @@ down_processes() {
     kill -9 "$pid" 2>/dev/null || true
     rm -f "$f"
   done
-  kill_shims
+  kill_pods
   # Volume, rootfs and shm mounts of the pods, deepest first.
   { findmnt -rn -o TARGET | grep -F "$STATE/" || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   # The kubelet's cgroups (cgroupfs driver), emptied by the kills above.
