@@ -321,6 +321,8 @@ async fn run(config: Config) -> Result<()> {
             )));
         }
     }
+    // Every start-up watch is registered: only now may the last one to sync make the process ready.
+    ready.seal();
 
     let reporter = Reporter {
         controller: "rekindle".into(),

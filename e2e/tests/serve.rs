@@ -706,3 +706,81 @@ async fn ready_is_503_until_the_watches_sync() -> Result<()> {
     rk.stop().await?;
     ns.cleanup().await
 }
+
+/// Another client relabels the Deployment in a tight loop (as a GitOps controller, an HPA or a status
+/// writer keeps a busy workload's resourceVersion moving): every ConfigMap change is still reloaded, no
+/// attempt fails on a conflict, and none of the other writer's changes is lost.
+#[tokio::test]
+async fn a_busy_workload_is_reloaded_while_another_client_writes_it() -> Result<()> {
+    let (client, ns) = setup("e2e-busy").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    apply_yaml(&client, Some(&ns.name), &auto_web()).await?;
+    expect_replica_sets(&client, &ns.name, "web", 1).await?;
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    let writer = {
+        let (deployments, stop) = (
+            Api::<Deployment>::namespaced(client.clone(), &ns.name),
+            stop.clone(),
+        );
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.is_cancelled() {
+                n += 1;
+                let patch = json!({"metadata": {"labels": {"busy": n.to_string()}}});
+                deployments
+                    .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+            }
+            anyhow::Ok(n)
+        })
+    };
+    for (i, greeting) in ["one", "two", "three"].iter().enumerate() {
+        patch_cm(
+            &client,
+            &ns.name,
+            "app-config",
+            json!({"data": {"greeting": greeting}}),
+        )
+        .await?;
+        let want = cm_hash(&client, &ns.name, "app-config").await?;
+        wait_for(
+            &format!(
+                "change {} to be reloaded while the Deployment is being relabelled",
+                i + 1
+            ),
+            TIMEOUT,
+            || async {
+                let env =
+                    deployment_env(&client, &ns.name, "web", 0, "STAKATER_APP_CONFIG_CONFIGMAP")
+                        .await?;
+                Ok((env.as_deref() == Some(want.as_str())).then_some(()))
+            },
+        )
+        .await?;
+    }
+    stop.cancel();
+    let writes = writer.await??;
+    let labels = Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .get("web")
+        .await?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert_eq!(
+        labels.get("busy"),
+        Some(&writes.to_string()),
+        "the other writer's last label was kept"
+    );
+    expect_replica_sets(&client, &ns.name, "web", 4).await?;
+    assert_eq!(rk.reloads(true).await?, 3.0);
+    assert_eq!(
+        rk.metric("rekindle_errors_total{kind=\"reload_attempt\"}")
+            .await?,
+        0.0,
+        "no reload attempt failed (a conflict would count here)"
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}

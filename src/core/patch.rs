@@ -351,9 +351,166 @@ fn render_one(
     }
 }
 
+/// Renders marker changes as one strategic-merge patch, for the built-in kinds. Containers merge by
+/// name, env vars by name and annotations by key, so the patch names no list position and needs no
+/// resourceVersion: another writer of the same object (the deployment controller, an HPA, a GitOps
+/// tool relabelling it) never makes it fail, and the apiserver merges it into the object as it is then.
+/// Annotation values are those of the JSON-patch rendering applied to `obj`, so both agree.
+pub fn render_strategic(
+    obj: &Value,
+    kind: WorkloadKind,
+    changes: &[MarkerChange],
+) -> Result<Value, RenderError> {
+    let after = apply(obj, kind, changes)?;
+    let mut patch = json!({});
+    // Env entries per container name, in the order the changes name them; the last one per var wins.
+    let mut containers: Vec<(String, Vec<Value>)> = Vec::new();
+    let mut env_entry = |container: usize, name: &str, entry: Value| -> Result<(), RenderError> {
+        let mut ptr = container_pointer(kind, container);
+        ptr.push_back("name");
+        let cname = get(obj, &ptr)
+            .and_then(Value::as_str)
+            .ok_or(RenderError::NoContainer(container))?
+            .to_string();
+        let pos = containers.iter().position(|(n, _)| *n == cname);
+        let envs = match pos {
+            Some(i) => &mut containers[i].1,
+            None => {
+                containers.push((cname, Vec::new()));
+                &mut containers.last_mut().expect("just pushed").1
+            }
+        };
+        envs.retain(|e| e.get("name").and_then(Value::as_str) != Some(name));
+        envs.push(entry);
+        Ok(())
+    };
+    for change in changes {
+        match change {
+            MarkerChange::SetEnv {
+                container,
+                name,
+                value,
+            } => env_entry(*container, name, json!({"name": name, "value": value}))?,
+            MarkerChange::RemoveEnv { container, name } => {
+                env_entry(*container, name, json!({"name": name, "$patch": "delete"}))?
+            }
+            MarkerChange::SetConfigHash { place, .. }
+            | MarkerChange::RemoveConfigHash { place, .. } => {
+                merge_annotation(&mut patch, &after, kind, *place, CONFIG_HASHES_ANNOTATION)
+            }
+            MarkerChange::SetLastReloadedFrom { .. } => merge_annotation(
+                &mut patch,
+                &after,
+                kind,
+                Place::Template,
+                LAST_RELOADED_FROM_ANNOTATION,
+            ),
+        }
+    }
+    if !containers.is_empty() {
+        let list = containers
+            .into_iter()
+            .map(|(name, env)| json!({"name": name, "env": env}))
+            .collect();
+        let mut ptr = template_pointer(kind);
+        ptr.push_back("spec");
+        object_at(&mut patch, &ptr).insert("containers".into(), Value::Array(list));
+    }
+    Ok(patch)
+}
+
+/// Sets `key` at `place` in the merge patch to its value in `after` (null when it was removed).
+fn merge_annotation(patch: &mut Value, after: &Value, kind: WorkloadKind, place: Place, key: &str) {
+    let ptr = annotations_pointer(kind, place);
+    let value = get(after, &ptr)
+        .and_then(|a| a.get(key))
+        .cloned()
+        .unwrap_or(Value::Null);
+    object_at(patch, &ptr).insert(key.into(), value);
+}
+
+/// The object at `ptr` in `root`, created (as objects) along the way.
+fn object_at<'a>(root: &'a mut Value, ptr: &PointerBuf) -> &'a mut serde_json::Map<String, Value> {
+    let mut node = root;
+    for token in ptr.tokens() {
+        let map = match node {
+            Value::Object(m) => m,
+            other => {
+                *other = json!({});
+                other.as_object_mut().expect("just made an object")
+            }
+        };
+        node = map
+            .entry(token.decoded().into_owned())
+            .or_insert_with(|| json!({}));
+    }
+    if !node.is_object() {
+        *node = json!({});
+    }
+    node.as_object_mut().expect("an object")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strategic_patch_names_containers_and_env_vars_not_positions() {
+        let obj = json!({"spec": {"template": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [
+            {"name": "main", "image": "i"},
+            {"name": "side", "image": "i", "env": [{"name": "A", "value": "1"}, {"name": "STAKATER_OLD_SECRET", "value": "s"}]}
+        ]}}}});
+        let changes = vec![
+            MarkerChange::SetEnv {
+                container: 1,
+                name: "STAKATER_APP_CONFIGMAP".into(),
+                value: "h1".into(),
+            },
+            MarkerChange::RemoveEnv {
+                container: 1,
+                name: "STAKATER_OLD_SECRET".into(),
+            },
+            MarkerChange::SetConfigHash {
+                place: Place::Template,
+                key: "configmap/app".into(),
+                hash: "h1".into(),
+            },
+            MarkerChange::SetLastReloadedFrom { value: "{}".into() },
+        ];
+        let patch = render_strategic(&obj, WorkloadKind::Deployment, &changes).unwrap();
+        assert_eq!(
+            patch,
+            json!({"spec": {"template": {
+                "metadata": {"annotations": {
+                    "rekindle.io/config-hashes": r#"{"configmap/app":"h1"}"#,
+                    "reloader.stakater.com/last-reloaded-from": "{}"
+                }},
+                "spec": {"containers": [{"name": "side", "env": [
+                    {"name": "STAKATER_APP_CONFIGMAP", "value": "h1"},
+                    {"name": "STAKATER_OLD_SECRET", "$patch": "delete"}
+                ]}]}
+            }}})
+        );
+        // Metadata markers (CronJob in job mode) and a removed config hash (null deletes the key).
+        let cron = json!({"metadata": {"annotations": {"rekindle.io/config-hashes": r#"{"secret/s":"h"}"#}},
+                          "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "c"}]}}}}}});
+        let remove = vec![MarkerChange::RemoveConfigHash {
+            place: Place::Metadata,
+            key: "secret/s".into(),
+        }];
+        let patch = render_strategic(&cron, WorkloadKind::CronJob, &remove).unwrap();
+        assert_eq!(
+            patch,
+            json!({"metadata": {"annotations": {"rekindle.io/config-hashes": null}}})
+        );
+        // A container index the object does not have is an error, not a patch for a new container.
+        let missing = vec![MarkerChange::SetEnv {
+            container: 5,
+            name: "X".into(),
+            value: "v".into(),
+        }];
+        assert!(render_strategic(&obj, WorkloadKind::Deployment, &missing).is_err());
+    }
 
     fn deploy(containers: Value) -> Value {
         json!({"metadata": {"name": "d"}, "spec": {"template": {"spec": {"containers": containers}}}})

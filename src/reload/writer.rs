@@ -1,9 +1,12 @@
 //! The writer: takes due workloads from the queue, reads each one fresh, asks the core what to change
-//! and writes it with a JSON patch guarded by the resourceVersion (a `test` op), so a concurrent writer's
-//! change is never overwritten: a conflict (422 from the failed test, or 409) is re-read and retried.
+//! and writes it.
 //!
-//! One GET per reload buys one code path for every kind (built-in or CRD) and marker positions that
-//! are exact; no LIST is ever made.
+//! Deployments, StatefulSets, DaemonSets and CronJobs get a strategic-merge patch (containers and env
+//! vars keyed by name, annotations by key): it needs no resourceVersion, so a busy workload whose other
+//! fields keep changing (status, labels, an HPA's replicas) is never starved by conflicts. CRD kinds
+//! (Rollouts, DeploymentConfigs) have no strategic merge, and a Deployment being paused changes fields
+//! a merge cannot guard: those get a JSON patch guarded by the resourceVersion (a `test` op), re-read
+//! and retried on conflict (422 from the failed test, or 409). No LIST is ever made.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -386,7 +389,8 @@ impl Writer {
         }
     }
 
-    /// A JSON patch guarded by the resourceVersion; a Rollout restart also sets `spec.restartAt`.
+    /// A strategic-merge patch for built-in kinds; otherwise (CRDs, a Deployment being paused, a Rollout
+    /// restart, which also sets `spec.restartAt`) a JSON patch guarded by the resourceVersion.
     async fn patch(
         &self,
         api: &Api<DynamicObject>,
@@ -396,37 +400,56 @@ impl Writer {
         changes: &[MarkerChange],
         restart: bool,
     ) -> Result<(), WriteError> {
-        let mut ops = patch::render(value, key.kind, changes)
-            .map_err(|e| WriteError::Failed(format!("rendering the patch: {e}")))?;
-        ops.insert(0, test_resource_version(rv));
-        if key.kind == WorkloadKind::Deployment {
+        let pause = if key.kind == WorkloadKind::Deployment {
             let annotations_exist = value
                 .pointer("/metadata/annotations")
                 .is_some_and(Value::is_object);
-            match pause_ops(
+            pause_ops(
                 &self.plan.policy.keys,
                 value,
                 annotations_exist,
                 jiff::Timestamp::now(),
-            ) {
-                PauseDecision::None => {}
-                PauseDecision::Pause(more) => ops.extend(more),
-                PauseDecision::Invalid(why) => {
-                    let note = format!(
-                        "Invalid {}: {why}; reloading without pause",
-                        self.plan.policy.keys.pause_period
-                    );
-                    self.metrics.invalid_annotations.inc();
-                    self.publish(
-                        key,
-                        value.pointer("/metadata/uid").and_then(Value::as_str),
-                        EventType::Warning,
-                        "InvalidAnnotation",
-                        note,
-                    )
-                    .await;
-                }
-            }
+            )
+        } else {
+            PauseDecision::None
+        };
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let strategic = matches!(
+            key.kind,
+            WorkloadKind::Deployment
+                | WorkloadKind::StatefulSet
+                | WorkloadKind::DaemonSet
+                | WorkloadKind::CronJob
+        ) && !restart
+            && !matches!(pause, PauseDecision::Pause(_));
+        if let PauseDecision::Invalid(why) = &pause {
+            let note = format!(
+                "Invalid {}: {why}; reloading without pause",
+                self.plan.policy.keys.pause_period
+            );
+            self.metrics.invalid_annotations.inc();
+            self.publish(
+                key,
+                value.pointer("/metadata/uid").and_then(Value::as_str),
+                EventType::Warning,
+                "InvalidAnnotation",
+                note,
+            )
+            .await;
+        }
+        if strategic {
+            let body = patch::render_strategic(value, key.kind, changes)
+                .map_err(|e| WriteError::Failed(format!("rendering the patch: {e}")))?;
+            return Self::send(api, &key.name, &params, &Patch::Strategic(body)).await;
+        }
+        let mut ops = patch::render(value, key.kind, changes)
+            .map_err(|e| WriteError::Failed(format!("rendering the patch: {e}")))?;
+        ops.insert(0, test_resource_version(rv));
+        if let PauseDecision::Pause(more) = pause {
+            ops.extend(more);
         }
         if restart {
             let now = jiff::Timestamp::now()
@@ -437,20 +460,22 @@ impl Writer {
                 value: json!(now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
             }));
         }
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..Default::default()
-        };
-        match tokio::time::timeout(
-            PATCH_TIMEOUT,
-            api.patch(
-                &key.name,
-                &params,
-                &Patch::Json::<()>(json_patch::Patch(ops)),
-            ),
+        Self::send(
+            api,
+            &key.name,
+            &params,
+            &Patch::Json::<()>(json_patch::Patch(ops)),
         )
         .await
-        {
+    }
+
+    async fn send<P: serde::Serialize + std::fmt::Debug>(
+        api: &Api<DynamicObject>,
+        name: &str,
+        params: &PatchParams,
+        patch: &Patch<P>,
+    ) -> Result<(), WriteError> {
+        match tokio::time::timeout(PATCH_TIMEOUT, api.patch(name, params, patch)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(kube::Error::Api(s))) if s.code == 404 => Err(WriteError::Gone),
             Ok(Err(e)) => Err(WriteError::Failed(format!("PATCH: {e}"))),

@@ -34,36 +34,59 @@ use crate::reload::writer::api_resource;
 use crate::scope::ScopeFilter;
 use crate::server::admin::Health;
 
-/// Counts watches that finished their first list; ready when all have.
+/// Counts watches that finished their first list; ready when all have. Watches register with
+/// [`ReadyTracker::expect`] and the start-up code [`ReadyTracker::seal`]s the set once every watch is
+/// registered: a watch that syncs before the others are registered must not make the process ready.
 pub struct ReadyTracker {
-    expected: Mutex<HashSet<String>>,
+    state: Mutex<Expected>,
     health: Arc<Health>,
     pub all_synced: Notify,
+}
+
+#[derive(Default)]
+struct Expected {
+    pending: HashSet<String>,
+    sealed: bool,
 }
 
 impl ReadyTracker {
     pub fn new(health: Arc<Health>) -> Arc<Self> {
         Arc::new(Self {
-            expected: Mutex::default(),
+            state: Mutex::default(),
             health,
             all_synced: Notify::new(),
         })
     }
 
     pub fn expect(&self, name: &str) {
-        self.expected
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(name.to_string());
+        self.lock().pending.insert(name.to_string());
+    }
+
+    /// Every watch of the start-up is registered: ready as soon as (or if already) all have synced.
+    /// Watches registered later (an optional API appearing) never make a ready process unready.
+    pub fn seal(&self) {
+        let mut state = self.lock();
+        state.sealed = true;
+        if state.pending.is_empty() {
+            self.fire();
+        }
     }
 
     fn synced(&self, name: &str) {
-        let mut expected = self.expected.lock().unwrap_or_else(|e| e.into_inner());
-        if expected.remove(name) && expected.is_empty() {
-            self.health.set_ready(true);
-            self.all_synced.notify_waiters();
-            self.all_synced.notify_one();
+        let mut state = self.lock();
+        if state.pending.remove(name) && state.pending.is_empty() && state.sealed {
+            self.fire();
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Expected> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fire(&self) {
+        self.health.set_ready(true);
+        self.all_synced.notify_waiters();
+        self.all_synced.notify_one();
     }
 }
 
@@ -608,5 +631,35 @@ pub async fn spcs(client: Client, namespace: Option<String>, ctx: Arc<Ctx>) {
                 tracing::warn!(error = %e, "SecretProviderClass watch failed; retrying with backoff")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_once_sealed_and_every_registered_watch_synced() {
+        let health = Arc::new(Health::default());
+        let tracker = ReadyTracker::new(health.clone());
+        tracker.expect("configmaps/a");
+        // The first watch syncs before the second one registered: not ready.
+        tracker.synced("configmaps/a");
+        assert!(!health.is_ready());
+        tracker.expect("secrets/a");
+        tracker.seal();
+        assert!(!health.is_ready());
+        tracker.synced("secrets/a");
+        assert!(health.is_ready());
+        // An optional API appearing later does not take readiness away.
+        tracker.expect("Rollout/a");
+        assert!(health.is_ready());
+
+        let quick = ReadyTracker::new(Arc::new(Health::default()));
+        quick.expect("configmaps/*");
+        quick.synced("configmaps/*");
+        assert!(!quick.health.is_ready());
+        quick.seal();
+        assert!(quick.health.is_ready());
     }
 }
