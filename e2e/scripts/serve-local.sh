@@ -41,6 +41,10 @@ webhooks:
   objectSelector:
     matchExpressions:
     - {key: rekindle.io/admission, operator: NotIn, values: [disabled]}
+  # As the chart: rekindle's own writes (user rekindle, its client certificate) skip the webhook.
+  matchConditions:
+  - name: not-rekindle-itself
+    expression: "request.userInfo.username != 'rekindle'"
   rules:
   - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments, statefulsets, daemonsets], scope: Namespaced}
   - {apiGroups: [batch], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [cronjobs, jobs], scope: Namespaced}

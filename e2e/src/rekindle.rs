@@ -138,8 +138,27 @@ impl Rekindle {
         Ok(r)
     }
 
+    /// The user name rekindle's kubeconfig authenticates as (a SelfSubjectReview).
+    async fn identity(&self) -> Result<String> {
+        use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+        let client = crate::client_from(&self.kubeconfig).await?;
+        let review: SelfSubjectReview = serde_json::from_value(json!({"metadata": {}}))?;
+        let answer = Api::<SelfSubjectReview>::all(client)
+            .create(&Default::default(), &review)
+            .await?;
+        answer
+            .status
+            .and_then(|s| s.user_info)
+            .and_then(|u| u.username)
+            .ok_or_else(|| anyhow!("the SelfSubjectReview named no user"))
+    }
+
+    /// Registers the webhook as the chart does (its `not-rekindle-itself` matchCondition included, so
+    /// rekindle's own writes never pay for a webhook call), but on 127.0.0.1 and scoped to the test's
+    /// namespaces.
     async fn register(&self) -> Result<()> {
         let ca = std::fs::read(state_dir().join("pki/ca.crt"))?;
+        let myself = self.identity().await?;
         use base64::Engine as _;
         let config: MutatingWebhookConfiguration = serde_json::from_value(json!({
             "metadata": {"name": self.registration},
@@ -153,6 +172,7 @@ impl Rekindle {
                 "reinvocationPolicy": "IfNeeded",
                 "clientConfig": {"url": format!("https://127.0.0.1:{}/mutate", self.webhook_port), "caBundle": base64::engine::general_purpose::STANDARD.encode(ca)},
                 "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": self.namespaces}]},
+                "matchConditions": [{"name": "not-rekindle-itself", "expression": format!("request.userInfo.username != '{myself}'")}],
                 "rules": [
                     {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["deployments", "statefulsets", "daemonsets"], "scope": "Namespaced"},
                     {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["cronjobs", "jobs"], "scope": "Namespaced"},
