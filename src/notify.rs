@@ -1,6 +1,9 @@
 //! `--webhook-url` mode: no workload is touched; each in-scope change is POSTed as JSON, keeping
 //! Reloader's `{"webhook":"update successful"}` key and adding what changed and which workloads would
-//! reload. Sent off the watch path, retried on connection errors and 5xx with backoff.
+//! reload. Sent off the watch path by one background task from a bounded queue, each request with a
+//! timeout, retried on connection errors, timeouts and 5xx with backoff: a receiver that hangs or is down
+//! holds at most the queue, never the watches or unbounded tasks. When the queue is full the
+//! notification is dropped, counted (`rekindle_errors_total{kind="notify_dropped"}`) and logged.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,11 +24,22 @@ use crate::index::{Index, WorkloadKey};
 use crate::metrics::Metrics;
 
 const ATTEMPTS: u32 = 5;
+/// Notifications waiting for the receiver.
+const QUEUE: usize = 1024;
+/// How long one POST may take before it counts as failed (and is retried).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct Notifier {
+    tx: tokio::sync::mpsc::Sender<Value>,
+    metrics: Arc<Metrics>,
+}
+
+/// The background sender: one notification at a time, in order.
+struct Sender {
     url: Uri,
     client: HttpClient,
     metrics: Arc<Metrics>,
+    timeout: Duration,
 }
 
 /// An HTTP(S) client for outgoing notifications, trusting the system's root certificates.
@@ -79,15 +93,33 @@ pub fn proxied_client(proxy: &str) -> Result<ProxiedClient> {
 }
 
 impl Notifier {
+    /// Starts the background sender (needs a Tokio runtime).
     pub fn new(url: &str, metrics: Arc<Metrics>) -> Result<Arc<Self>> {
+        Self::with_limits(url, metrics, QUEUE, REQUEST_TIMEOUT)
+    }
+
+    fn with_limits(
+        url: &str,
+        metrics: Arc<Metrics>,
+        queue: usize,
+        timeout: Duration,
+    ) -> Result<Arc<Self>> {
         let url: Uri = url
             .parse()
             .with_context(|| format!("--webhook-url {url:?} is not a URL"))?;
-        Ok(Arc::new(Self {
+        let sender = Sender {
             url,
             client: http_client()?,
-            metrics,
-        }))
+            metrics: metrics.clone(),
+            timeout,
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Value>(queue);
+        tokio::spawn(async move {
+            while let Some(payload) = rx.recv().await {
+                sender.post(payload).await;
+            }
+        });
+        Ok(Arc::new(Self { tx, metrics }))
     }
 
     /// The payload for a change: Reloader's key plus what changed and the workloads that would reload.
@@ -141,12 +173,16 @@ impl Notifier {
             .collect()
     }
 
-    /// Sends in the background.
-    pub fn send(self: &Arc<Self>, payload: Value) {
-        let this = self.clone();
-        tokio::spawn(async move { this.post(payload).await });
+    /// Queues a notification; never waits.
+    pub fn send(&self, payload: Value) {
+        if self.tx.try_send(payload).is_err() {
+            tracing::warn!("webhook-url queue full; notification dropped");
+            self.metrics.error("notify_dropped");
+        }
     }
+}
 
+impl Sender {
     async fn post(&self, payload: Value) {
         let body = Bytes::from(payload.to_string());
         let mut backoff = Duration::from_millis(200);
@@ -157,23 +193,76 @@ impl Notifier {
                 .header("content-type", "application/json")
                 .body(Full::new(body.clone()));
             let Ok(req) = req else { return };
-            match self.client.request(req).await {
-                Ok(resp) if resp.status().is_server_error() => {
+            match tokio::time::timeout(self.timeout, self.client.request(req)).await {
+                Err(_) => {
+                    tracing::debug!(attempt, "webhook-url did not answer in time; retrying")
+                }
+                Ok(Ok(resp)) if resp.status().is_server_error() => {
                     tracing::debug!(attempt, status = %resp.status(), "webhook-url answered 5xx; retrying")
                 }
-                Ok(resp) => {
+                Ok(Ok(resp)) => {
                     if !resp.status().is_success() {
                         tracing::warn!(status = %resp.status(), "webhook-url refused the notification");
                         self.metrics.error("notify");
                     }
                     return;
                 }
-                Err(e) => tracing::debug!(attempt, error = %e, "webhook-url unreachable; retrying"),
+                Ok(Err(e)) => {
+                    tracing::debug!(attempt, error = %e, "webhook-url unreachable; retrying")
+                }
             }
             tokio::time::sleep(backoff).await;
             backoff *= 2;
         }
         tracing::warn!(url = %self.url, "notification not delivered");
         self.metrics.error("notify");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::ErrorLabels;
+
+    fn errors(metrics: &Metrics, kind: &str) -> u64 {
+        metrics
+            .errors
+            .get_or_create(&ErrorLabels { kind: kind.into() })
+            .get()
+    }
+
+    /// A receiver that accepts connections and never answers: every POST times out and is retried,
+    /// the notification ends as undelivered, and what does not fit the queue is dropped and counted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hanging_receiver_costs_a_bounded_queue_and_timeouts() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
+        let notifier = Notifier::with_limits(
+            &format!("http://{addr}/hook"),
+            metrics.clone(),
+            4,
+            Duration::from_millis(50),
+        )
+        .unwrap();
+        for i in 0..10 {
+            notifier.send(json!({"n": i}));
+        }
+        // One is being sent, four wait: the other five are dropped at once.
+        assert!(errors(&metrics, "notify_dropped") >= 5);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while errors(&metrics, "notify") == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a timed-out notification was never given up"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
