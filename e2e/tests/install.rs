@@ -461,50 +461,17 @@ async fn excluded_never_sent(client: &Client) -> Result<()> {
     plain_ns.cleanup().await
 }
 
-/// The serving certificate a rekindle pod presents on its webhook port.
-async fn served_certificate(pod_ip: &str) -> Result<Vec<u8>> {
+/// The serving certificate a rekindle pod presents on its webhook port, verified against `ca_pem` for
+/// the Service's name, as the apiserver verifies it.
+async fn served_certificate(pod_ip: &str, ca_pem: &[u8]) -> Result<Vec<u8>> {
     use rustls::pki_types::ServerName;
-    #[derive(Debug)]
-    struct AnyCert;
-    impl rustls::client::danger::ServerCertVerifier for AnyCert {
-        fn verify_server_cert(
-            &self,
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &[rustls::pki_types::CertificateDer<'_>],
-            _: &ServerName<'_>,
-            _: &[u8],
-            _: rustls::pki_types::UnixTime,
-        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-            Ok(rustls::client::danger::ServerCertVerified::assertion())
-        }
-        fn verify_tls12_signature(
-            &self,
-            _: &[u8],
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-        }
-        fn verify_tls13_signature(
-            &self,
-            _: &[u8],
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-        }
-        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            rustls::crypto::ring::default_provider()
-                .signature_verification_algorithms
-                .supported_schemes()
-        }
-    }
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(pem_to_der(ca_pem)?.into())?;
     let config = rustls::ClientConfig::builder_with_provider(
         rustls::crypto::ring::default_provider().into(),
     )
     .with_safe_default_protocol_versions()?
-    .dangerous()
-    .with_custom_certificate_verifier(std::sync::Arc::new(AnyCert))
+    .with_root_certificates(roots)
     .with_no_client_auth();
     let tcp = tokio::net::TcpStream::connect((pod_ip, 9443)).await?;
     let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
@@ -657,6 +624,24 @@ async fn diagnosed(body: impl std::future::Future<Output = Result<()>>) -> Resul
     result
 }
 
+/// The README's install command, `helm install rekindle charts/rekindle -n rekindle --create-namespace`,
+/// with these `--set` values; on failure it prints what a user would look at.
+fn helm_install(values: &[&str]) -> Result<()> {
+    let mut args = vec![
+        "install",
+        "rekindle",
+        "charts/rekindle",
+        "-n",
+        "rekindle",
+        "--create-namespace",
+    ];
+    for v in values {
+        args.extend(["--set", v]);
+    }
+    helm(&args).inspect_err(|_| diagnose(RELEASE_NS))?;
+    Ok(())
+}
+
 /// Whatever an earlier failed test left: the release, its namespace, its cluster-scoped objects.
 fn fresh_start() -> Result<()> {
     helm(&[
@@ -709,17 +694,7 @@ fn deployment_args(ns: &str) -> Result<String> {
 /// the PDB and uninstall, all through the chart's own webhook.
 async fn certs_gen_install_upgrade_rollback_uninstall_body() -> Result<()> {
     let client = client().await?;
-    helm(&[
-        "install",
-        "rekindle",
-        "charts/rekindle",
-        "-n",
-        "rekindle",
-        "--create-namespace",
-        "--set",
-        "certs.mode=certsGen",
-    ])
-    .inspect_err(|_| diagnose(RELEASE_NS))?;
+    helm_install(&["certs.mode=certsGen"])?;
     wait_rolled_out(RELEASE_NS)?;
     let pods = ready_pods(&client, RELEASE_NS).await?;
     ensure!(
@@ -741,7 +716,7 @@ async fn certs_gen_install_upgrade_rollback_uninstall_body() -> Result<()> {
         ca_bundle(&client).await? == tls["ca.crt"],
         "the webhook's caBundle is not the Secret's ca.crt"
     );
-    let served = served_certificate(&pod_ip(&pods[0])?).await?;
+    let served = served_certificate(&pod_ip(&pods[0])?, &tls["ca.crt"]).await?;
     ensure!(
         served == pem_to_der(&tls["tls.crt"])?,
         "the pod does not serve rekindle-tls's certificate"
@@ -856,19 +831,7 @@ async fn certs_gen_install_upgrade_rollback_uninstall_body() -> Result<()> {
 /// running pods serve the new one without a restart.
 async fn certs_gen_renewal_is_served_without_restart_body() -> Result<()> {
     let client = client().await?;
-    helm(&[
-        "install",
-        "rekindle",
-        "charts/rekindle",
-        "-n",
-        "rekindle",
-        "--create-namespace",
-        "--set",
-        "certs.mode=certsGen",
-        "--set",
-        "certs.certsGen.days=20",
-    ])
-    .inspect_err(|_| diagnose(RELEASE_NS))?;
+    helm_install(&["certs.mode=certsGen", "certs.certsGen.days=20"])?;
     wait_rolled_out(RELEASE_NS)?;
     let before = tls_secret(&client, "rekindle-tls").await?;
     let pods: BTreeMap<String, String> = ready_pods(&client, RELEASE_NS)
@@ -895,7 +858,10 @@ async fn certs_gen_renewal_is_served_without_restart_body() -> Result<()> {
         wait_for(
             &format!("the pod at {ip} to serve the renewed certificate"),
             Duration::from_secs(150),
-            || async { Ok((served_certificate(ip).await? == renewed).then_some(())) },
+            || async {
+                let served = served_certificate(ip, &after["ca.crt"]).await?;
+                Ok((served == renewed).then_some(()))
+            },
         )
         .await?;
     }
@@ -951,20 +917,12 @@ async fn external_certificate_install_body() -> Result<()> {
     ])?;
     let ca =
         base64::engine::general_purpose::STANDARD.encode(std::fs::read(dir.path().join("ca.crt"))?);
-    helm(&[
-        "install",
-        "rekindle",
-        "charts/rekindle",
-        "-n",
-        "rekindle",
-        "--set",
+    let ca_value = format!("certs.external.caBundle={ca}");
+    helm_install(&[
         "certs.mode=external",
-        "--set",
         "certs.secretName=corp-webhook-tls",
-        "--set",
-        &format!("certs.external.caBundle={ca}"),
-    ])
-    .inspect_err(|_| diagnose(RELEASE_NS))?;
+        &ca_value,
+    ])?;
     wait_rolled_out(RELEASE_NS)?;
     stamps_and_reloads(&client, "install-external").await?;
     uninstall_and_check_leftovers(&client, &["corp-webhook-tls"]).await

@@ -245,18 +245,12 @@ pub fn marker_changes(
 
     let mut out = Vec::new();
     if place == Place::Metadata {
-        out.push(if deleting {
-            MarkerChange::RemoveConfigHash {
-                place,
-                key: key.clone(),
-            }
-        } else {
-            MarkerChange::SetConfigHash {
-                place,
-                key: key.clone(),
-                hash: change.hash.to_string(),
-            }
-        });
+        out.push(config_hash_marker(
+            place,
+            key.clone(),
+            change.hash,
+            deleting,
+        ));
         // A Rollout restart only records the marker; the writer sets spec.restartAt.
         if kind == WorkloadKind::Rollout {
             return out;
@@ -265,18 +259,7 @@ pub fn marker_changes(
     match cfg.strategy {
         Strategy::EnvVars => {
             let name = env_var_name(change.name, change.kind);
-            out.push(if deleting {
-                MarkerChange::RemoveEnv {
-                    container: container.index,
-                    name,
-                }
-            } else {
-                MarkerChange::SetEnv {
-                    container: container.index,
-                    name,
-                    value: change.hash.to_string(),
-                }
-            });
+            out.push(env_marker(container.index, name, change.hash, deleting));
         }
         Strategy::Annotations => {
             let hash = if deleting {
@@ -285,15 +268,7 @@ pub fn marker_changes(
                 change.hash.to_string()
             };
             if place == Place::Template {
-                out.push(if deleting {
-                    MarkerChange::RemoveConfigHash { place, key }
-                } else {
-                    MarkerChange::SetConfigHash {
-                        place,
-                        key,
-                        hash: hash.clone(),
-                    }
-                });
+                out.push(config_hash_marker(place, key, &hash, deleting));
             }
             let source = ReloadSource {
                 kind: change.kind.env_suffix(),
@@ -314,6 +289,30 @@ pub fn marker_changes(
     out
 }
 
+fn env_marker(container: usize, name: String, hash: &str, deleting: bool) -> MarkerChange {
+    if deleting {
+        MarkerChange::RemoveEnv { container, name }
+    } else {
+        MarkerChange::SetEnv {
+            container,
+            name,
+            value: hash.to_string(),
+        }
+    }
+}
+
+fn config_hash_marker(place: Place, key: String, hash: &str, deleting: bool) -> MarkerChange {
+    if deleting {
+        MarkerChange::RemoveConfigHash { place, key }
+    } else {
+        MarkerChange::SetConfigHash {
+            place,
+            key,
+            hash: hash.to_string(),
+        }
+    }
+}
+
 /// The other strategy's marker for the same resource, kept in step when the template carries one (left
 /// by an earlier `--reload-strategy`, or by a replica of the other strategy during a rolling upgrade):
 /// [`current_marker`] falls back to it, so it must never fall behind.
@@ -330,36 +329,12 @@ fn other_strategy_marker(
             let key = config_hash_key(change.kind, change.name);
             config_hashes(obj, kind, Place::Template)
                 .contains_key(&key)
-                .then(|| {
-                    if deleting {
-                        MarkerChange::RemoveConfigHash {
-                            place: Place::Template,
-                            key,
-                        }
-                    } else {
-                        MarkerChange::SetConfigHash {
-                            place: Place::Template,
-                            key,
-                            hash: change.hash.to_string(),
-                        }
-                    }
-                })
+                .then(|| config_hash_marker(Place::Template, key, change.hash, deleting))
         }
         Strategy::Annotations => {
             let name = env_var_name(change.name, change.kind);
             env_value(obj, kind, container.index, &name)?;
-            Some(if deleting {
-                MarkerChange::RemoveEnv {
-                    container: container.index,
-                    name,
-                }
-            } else {
-                MarkerChange::SetEnv {
-                    container: container.index,
-                    name,
-                    value: change.hash.to_string(),
-                }
-            })
+            Some(env_marker(container.index, name, change.hash, deleting))
         }
     }
 }
