@@ -100,6 +100,15 @@ impl WorkloadKind {
         }
     }
 
+    /// Whether the apiserver merges strategic-merge patches for this kind (built-in kinds do; CRDs
+    /// such as Rollouts and DeploymentConfigs do not). Jobs are re-created, never patched.
+    pub fn strategic_merge(self) -> bool {
+        matches!(
+            self,
+            Self::Deployment | Self::StatefulSet | Self::DaemonSet | Self::CronJob
+        )
+    }
+
     /// The API group/version the kind is served from.
     pub fn api_version(self) -> &'static str {
         match self {

@@ -417,14 +417,8 @@ impl Writer {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
-        let strategic = matches!(
-            key.kind,
-            WorkloadKind::Deployment
-                | WorkloadKind::StatefulSet
-                | WorkloadKind::DaemonSet
-                | WorkloadKind::CronJob
-        ) && !restart
-            && !matches!(pause, PauseDecision::Pause(_));
+        let strategic =
+            key.kind.strategic_merge() && !restart && !matches!(pause, PauseDecision::Pause(_));
         if let PauseDecision::Invalid(why) = &pause {
             let note = format!(
                 "Invalid {}: {why}; reloading without pause",
