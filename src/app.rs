@@ -379,7 +379,7 @@ async fn run(config: Config) -> Result<()> {
                 let now = tokio::time::Instant::now();
                 for (key, r) in index.absent_markers() {
                     if scope.namespace_in_scope(&key.namespace) {
-                        queue.push(key, r, crate::core::plan::Event::Create, now);
+                        queue.push(key, r, crate::core::plan::Event::Create, now, false);
                     }
                 }
             }
@@ -462,7 +462,7 @@ fn catch_up(index: &Index, queue: &Queue, scope: &ScopeFilter, ctx: &Ctx) {
         if scope.namespace_in_scope(&key.namespace)
             && !ctx.plan.policy.ignored_workload_types.contains(&key.kind)
         {
-            queue.push(key, r, crate::core::plan::Event::Update, now);
+            queue.push(key, r, crate::core::plan::Event::Update, now, false);
         }
     }
 }

@@ -75,6 +75,7 @@ pub struct Metrics {
     pub index_provisional: Gauge,
     pub queue_depth: Gauge,
     pub reloads_coalesced: Counter,
+    pub workload_reads: Family<ReasonLabels, Counter>,
     pub reload_latency: Histogram,
     pub watch_restarts: Family<WatchLabels, Counter>,
     pub errors: Family<ErrorLabels, Counter>,
@@ -106,6 +107,7 @@ impl Metrics {
             index_provisional: Gauge::default(),
             queue_depth: Gauge::default(),
             reloads_coalesced: Counter::default(),
+            workload_reads: Family::default(),
             reload_latency: latency_buckets(),
             watch_restarts: Family::default(),
             errors: Family::default(),
@@ -198,6 +200,11 @@ impl Metrics {
             "rekindle_watch_restarts",
             "Watch streams restarted after an error",
             m.watch_restarts.clone(),
+        );
+        registry.register(
+            "rekindle_workload_reads",
+            "Workloads read before a reload instead of planned from the index, by reason",
+            m.workload_reads.clone(),
         );
         registry.register("rekindle_errors", "Failures, by kind", m.errors.clone());
         registry.register(

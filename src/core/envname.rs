@@ -2,10 +2,13 @@
 
 use super::ResourceKind;
 
+/// Every marker env var starts with this.
+pub const ENV_PREFIX: &str = "STAKATER_";
+
 /// `STAKATER_<CONVERTED NAME>_<TYPE>`.
 pub fn env_var_name(resource_name: &str, kind: ResourceKind) -> String {
     let mut out = String::with_capacity(9 + resource_name.len() + 20);
-    out.push_str("STAKATER_");
+    out.push_str(ENV_PREFIX);
     out.push_str(&convert(resource_name));
     out.push('_');
     out.push_str(kind.env_suffix());

@@ -11,5 +11,6 @@ pub mod patch;
 pub mod plan;
 pub mod policy;
 pub mod refs;
+pub mod skeleton;
 
 pub use kinds::{ResourceKind, WorkloadKind};

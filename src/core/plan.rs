@@ -112,7 +112,7 @@ fn rollout_restart(cfg: &PlanConfig, obj: &Value) -> bool {
         == Some("restart")
 }
 
-fn action_for(cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Action {
+pub fn action_for(cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Action {
     match kind {
         WorkloadKind::CronJob if cfg.cronjob_strategy == CronJobStrategy::Job => Action::CreateJob,
         WorkloadKind::Job => Action::RecreateJob,

@@ -80,6 +80,11 @@ impl AnnotationKeys {
     }
 
     /// Every workload annotation the policy reads.
+    /// Whether `key` is one of the workload annotations the policy reads.
+    pub fn is_workload_key(&self, key: &str) -> bool {
+        self.workload_keys().any(|k| k == key)
+    }
+
     fn workload_keys(&self) -> impl Iterator<Item = &str> {
         ResourceKind::ALL
             .into_iter()

@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::core::plan::{current_marker, PlanConfig};
 use crate::core::policy::{ResourceFlags, WorkloadPolicy};
 use crate::core::refs::{self, ResourceRef};
+use crate::core::skeleton;
 use crate::core::{ResourceKind, WorkloadKind};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,6 +61,12 @@ pub struct WorkloadEntry {
     /// The marker currently on the workload for each referenced resource that has one.
     pub markers: BTreeMap<ResourceRef, String>,
     pub has_patterns: bool,
+    /// What planning reads of the object (`core::skeleton`, compact JSON), for kinds the writer can
+    /// patch without reading them first; set from the watch and from the writer's own PATCH response.
+    pub skeleton: Option<Box<str>>,
+    /// The object's resourceVersion when it is a number (etcd's always are), so an older watch event
+    /// never replaces what the writer's PATCH response already recorded.
+    pub resource_version: Option<u64>,
 }
 
 impl WorkloadEntry {
@@ -87,7 +94,28 @@ impl WorkloadEntry {
             policy,
             markers,
             has_patterns,
+            ..Default::default()
         }
+    }
+
+    /// Adds the skeleton and resourceVersion of a stored object (the watch's or a PATCH response's).
+    pub fn with_skeleton(mut self, cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Self {
+        if kind.strategic_merge() {
+            self.skeleton = Some(
+                skeleton::skeleton(&cfg.policy.keys, obj, kind)
+                    .to_string()
+                    .into(),
+            );
+        }
+        self.resource_version = refs::at(obj, "/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .and_then(|rv| rv.parse().ok());
+        self
+    }
+
+    /// Whether this record is older than `other` by resourceVersion (unknown counts as not older).
+    fn older_than(&self, other: &WorkloadEntry) -> bool {
+        matches!((self.resource_version, other.resource_version), (Some(a), Some(b)) if a < b)
     }
 
     /// Could a change of this resource concern the workload at all?
@@ -300,6 +328,14 @@ impl Index {
     /// before.
     pub fn apply_workload(&self, key: WorkloadKey, entry: WorkloadEntry) -> bool {
         let mut state = self.write();
+        if state
+            .workloads
+            .get(&key)
+            .is_some_and(|current| entry.older_than(current))
+        {
+            // The writer's PATCH response got here before the watch delivered this older state.
+            return false;
+        }
         let provisional = state.provisional.remove(&key).map(|(e, _)| e);
         let old = state.workloads.insert(key.clone(), entry.clone());
         state.link(&key, &entry);
@@ -307,6 +343,24 @@ impl Index {
             state.unlink(&key, old);
         }
         old.is_none()
+    }
+
+    /// The writer's PATCH response: replaces the confirmed record (unless the watch already delivered
+    /// something newer), so the next reload plans from what was written. A workload the watch has not
+    /// confirmed yet is left to the watch, which also checks what a new workload missed.
+    pub fn record_written(&self, key: &WorkloadKey, entry: WorkloadEntry) {
+        let mut state = self.write();
+        let Some(current) = state.workloads.get(key) else {
+            return;
+        };
+        if entry.older_than(current) {
+            return;
+        }
+        let old = state.workloads.insert(key.clone(), entry.clone());
+        state.link(key, &entry);
+        if let Some(old) = old {
+            state.unlink(key, &old);
+        }
     }
 
     pub fn delete_workload(&self, key: &WorkloadKey) {
@@ -388,6 +442,22 @@ impl Index {
             .filter(|k| k.kind == kind && namespace.is_none_or(|ns| k.namespace == ns))
             .cloned()
             .collect()
+    }
+
+    /// Whether one resource is all that can trigger this workload (one reference, no reload patterns):
+    /// then there is nothing for a debounce to coalesce with.
+    pub fn has_one_trigger(&self, key: &WorkloadKey) -> bool {
+        let state = self.read();
+        let one = |e: &WorkloadEntry| e.refs.len() <= 1 && !e.has_patterns;
+        state.workloads.get(key).is_some_and(one)
+            && state.provisional.get(key).is_none_or(|(e, _)| one(e))
+    }
+
+    /// The confirmed workload's skeleton, to plan a reload from without reading the object.
+    pub fn skeleton(&self, key: &WorkloadKey) -> Option<Value> {
+        let state = self.read();
+        let text = state.workloads.get(key)?.skeleton.as_deref()?;
+        serde_json::from_str(text).ok()
     }
 
     pub fn workload(&self, key: &WorkloadKey) -> Option<WorkloadEntry> {
@@ -536,6 +606,46 @@ mod tests {
             hash: hash.into(),
             flags: ResourceFlags::default(),
         }
+    }
+
+    fn written(marker: &str, rv: &str) -> WorkloadEntry {
+        let obj = json!({"metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv,
+                "annotations": {"reloader.stakater.com/auto": "true"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "app",
+                "envFrom": [{"configMapRef": {"name": "cfg"}}],
+                "env": [{"name": "STAKATER_CFG_CONFIGMAP", "value": marker}]}]}}}});
+        WorkloadEntry::from_object(&cfg(), &obj, WorkloadKind::Deployment).with_skeleton(
+            &cfg(),
+            &obj,
+            WorkloadKind::Deployment,
+        )
+    }
+
+    #[test]
+    fn the_writers_record_is_never_replaced_by_an_older_watch_event() {
+        let index = Index::new();
+        let (key, _) = mk_deploy("ns", "a", "cfg", None);
+        // Not confirmed by the watch yet: the PATCH response is left to the watch.
+        index.record_written(&key, written("h1", "10"));
+        assert!(index.workload(&key).is_none());
+
+        index.apply_workload(key.clone(), written("h0", "9"));
+        index.record_written(&key, written("h1", "12"));
+        // The watch delivers the state before the PATCH (11), then the PATCH itself (12).
+        assert!(!index.apply_workload(key.clone(), written("h0", "11")));
+        let marker = |i: &Index| i.workload(&key).unwrap().markers.into_values().next();
+        assert_eq!(marker(&index).as_deref(), Some("h1"));
+        index.apply_workload(key.clone(), written("h1", "12"));
+        index.apply_workload(key.clone(), written("h2", "13"));
+        assert_eq!(marker(&index).as_deref(), Some("h2"));
+        let skeleton = index.skeleton(&key).unwrap();
+        assert_eq!(
+            skeleton.pointer("/spec/template/spec/containers/0/env/0/value"),
+            Some(&json!("h2"))
+        );
+        // An older PATCH response (a slow one) does not win over the watch either.
+        index.record_written(&key, written("h1", "12"));
+        assert_eq!(marker(&index).as_deref(), Some("h2"));
     }
 
     #[test]

@@ -1,5 +1,11 @@
 //! The reload queue: one entry per workload, so changes that hit the same workload coalesce; a debounce
 //! window (bounded by a maximum) and an optional per-workload cooldown decide when it is due.
+//!
+//! The debounce exists to turn changes of several resources of one workload (a ConfigMap and a Secret
+//! applied together) into one rollout. A change that is the workload's only possible trigger (it uses
+//! one resource and has no reload patterns) is due at once, unless the workload is being reloaded or
+//! was reloaded within the window: then it waits the window like any other, so a burst of one
+//! resource's changes still coalesces behind the first reload.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
@@ -72,9 +78,15 @@ impl Queue {
         resource: ResourceRef,
         event: Event,
         observed: Instant,
+        lone: bool,
     ) -> Pushed {
         let now = Instant::now();
         let mut state = self.lock();
+        let busy = state.in_flight.contains(&key)
+            || state
+                .last_reload
+                .get(&key)
+                .is_some_and(|t| now < *t + self.cfg.debounce);
         let cooldown_end = state
             .last_reload
             .get(&key)
@@ -89,7 +101,11 @@ impl Queue {
             due: now,
             changes: BTreeMap::new(),
         });
-        entry.due = (now + self.cfg.debounce).min(entry.first + self.cfg.debounce_max);
+        entry.due = if lone && pushed == Pushed::New && !busy {
+            now
+        } else {
+            (now + self.cfg.debounce).min(entry.first + self.cfg.debounce_max)
+        };
         if let Some(end) = cooldown_end.filter(|_| !self.cfg.min_interval.is_zero()) {
             entry.due = entry.due.max(end);
         }
@@ -191,12 +207,18 @@ mod tests {
     async fn changes_to_one_workload_coalesce() {
         let q = queue(250, 2000, 0);
         let t = Instant::now();
-        assert_eq!(q.push(key("a"), r("one"), Event::Update, t), Pushed::New);
         assert_eq!(
-            q.push(key("a"), r("two"), Event::Update, t),
+            q.push(key("a"), r("one"), Event::Update, t, false),
+            Pushed::New
+        );
+        assert_eq!(
+            q.push(key("a"), r("two"), Event::Update, t, false),
             Pushed::Coalesced
         );
-        assert_eq!(q.push(key("b"), r("one"), Event::Update, t), Pushed::New);
+        assert_eq!(
+            q.push(key("b"), r("one"), Event::Update, t, false),
+            Pushed::New
+        );
         let (k, p) = q.next().await;
         assert!(
             Instant::now() >= t + Duration::from_millis(250),
@@ -212,6 +234,42 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_lone_change_is_due_at_once_and_a_burst_behind_it_coalesces() {
+        let q = queue(250, 2000, 0);
+        let t0 = Instant::now();
+        q.push(key("a"), r("one"), Event::Update, t0, true);
+        let (k, _) = q.next().await;
+        assert_eq!(Instant::now(), t0, "no debounce for the only trigger");
+        // While the first reload is in flight and just after it, changes wait the window.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        q.push(key("a"), r("one"), Event::Update, Instant::now(), true);
+        q.done(&k, true);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        q.push(key("a"), r("one"), Event::Update, Instant::now(), true);
+        let (_, p) = q.next().await;
+        assert_eq!(Instant::now() - t0, Duration::from_millis(40 + 250));
+        assert_eq!(p.changes.len(), 1);
+        // Once the window after a reload has passed, a lone change is immediate again.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let t1 = Instant::now();
+        q.push(key("b"), r("one"), Event::Update, t1, true);
+        let _ = q.next().await;
+        assert_eq!(Instant::now(), t1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_of_several_resources_200ms_apart_are_one_reload() {
+        let q = queue(250, 2000, 0);
+        let t0 = Instant::now();
+        q.push(key("a"), r("cm"), Event::Update, t0, false);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        q.push(key("a"), r("secret"), Event::Update, Instant::now(), false);
+        let (_, p) = q.next().await;
+        assert_eq!(Instant::now() - t0, Duration::from_millis(450));
+        assert_eq!(p.changes.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn debounce_is_bounded_by_the_maximum() {
         let q = queue(250, 600, 0);
         let t0 = Instant::now();
@@ -220,7 +278,7 @@ mod tests {
             let q = q.clone();
             tokio::spawn(async move {
                 for _ in 0..20 {
-                    q.push(key("a"), r("one"), Event::Update, Instant::now());
+                    q.push(key("a"), r("one"), Event::Update, Instant::now(), false);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             })
@@ -237,16 +295,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn in_flight_workloads_wait_and_cooldown_delays() {
         let q = queue(0, 0, 1000);
-        q.push(key("a"), r("one"), Event::Update, Instant::now());
+        q.push(key("a"), r("one"), Event::Update, Instant::now(), false);
         let (k, _) = q.next().await;
-        q.push(key("a"), r("one"), Event::Update, Instant::now());
+        q.push(key("a"), r("one"), Event::Update, Instant::now(), false);
         // Still in flight: not handed out again until done.
         assert!(tokio::time::timeout(Duration::from_millis(50), q.next())
             .await
             .is_err());
         let t = Instant::now();
         q.done(&k, true);
-        q.push(key("a"), r("two"), Event::Update, Instant::now());
+        q.push(key("a"), r("two"), Event::Update, Instant::now(), false);
         let (_, p) = q.next().await;
         assert!(
             Instant::now() - t >= Duration::from_millis(1000),

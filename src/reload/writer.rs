@@ -1,12 +1,15 @@
-//! The writer: takes due workloads from the queue, reads each one fresh, asks the core what to change
-//! and writes it.
+//! The writer: takes due workloads from the queue, asks the core what to change and writes it.
 //!
-//! Deployments, StatefulSets, DaemonSets and CronJobs get a strategic-merge patch (containers and env
-//! vars keyed by name, annotations by key): it needs no resourceVersion, so a busy workload whose other
-//! fields keep changing (status, labels, an HPA's replicas) is never starved by conflicts. CRD kinds
-//! (Rollouts, DeploymentConfigs) have no strategic merge, and a Deployment being paused changes fields
-//! a merge cannot guard: those get a JSON patch guarded by the resourceVersion (a `test` op), re-read
-//! and retried on conflict (422 from the failed test, or 409). No LIST is ever made.
+//! Deployments, StatefulSets, DaemonSets and CronJobs (patched in place) are planned from the index's
+//! skeleton of the object (`core::skeleton`) and get one strategic-merge patch (containers and env vars
+//! keyed by name, annotations by key): no GET, no resourceVersion, so a busy workload whose other
+//! fields keep changing (status, labels, an HPA's replicas) is never starved by conflicts. The PATCH
+//! response replaces the index's record, so a reload right after plans from what was written. A
+//! failed attempt is retried after reading the object (the index may be behind it).
+//! CRD kinds (Rollouts, DeploymentConfigs) have no strategic merge, and a Deployment being paused changes
+//! fields a merge cannot guard: those are read and get a JSON patch guarded by the resourceVersion (a
+//! `test` op), re-read and retried on conflict (422 from the failed test, or 409). Jobs and CronJobs
+//! creating a Job are read too (the Job is made from the whole template). No LIST is ever made.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -31,10 +34,11 @@ use crate::alert::{reload_message, Alerter};
 use crate::core::patch::{self, MarkerChange, Place};
 use crate::core::plan::{self, Action, Change, Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
+use crate::core::skeleton;
 use crate::core::WorkloadKind;
-use crate::index::{Index, ResourceKey, WorkloadKey};
+use crate::index::{Index, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::lease::Leadership;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReasonLabels};
 
 const MAX_ATTEMPTS: u32 = 6;
 const PATCH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -231,8 +235,9 @@ impl Writer {
             Api::namespaced_with(self.client.clone(), &key.namespace, &api_resource(key.kind));
         let mut backoff = Duration::from_millis(100);
         let mut last_error = String::new();
+        let mut from_index = true;
         for attempt in 1..=MAX_ATTEMPTS {
-            match self.attempt(&api, key, pending).await {
+            match self.attempt(&api, key, pending, from_index).await {
                 Outcome::Reloaded => {
                     let seconds = started.elapsed().as_secs_f64();
                     self.metrics
@@ -254,6 +259,8 @@ impl Writer {
                     // Conflicts with other writers land here too; the final outcome is counted below.
                     self.metrics.error("reload_attempt");
                     last_error = e;
+                    // The index may be behind the object (a container renamed): read it next time.
+                    from_index = false;
                 }
             }
             tokio::time::sleep(backoff).await;
@@ -283,19 +290,35 @@ impl Writer {
         api: &Api<DynamicObject>,
         key: &WorkloadKey,
         pending: &Pending,
+        from_index: bool,
     ) -> Outcome {
-        let obj = match api.get_opt(&key.name).await {
-            Ok(Some(o)) => o,
-            Ok(None) => return Outcome::Gone,
-            Err(e) => return Outcome::Failed(format!("GET: {e}")),
+        let (value, rv) = match self.planning_view(key, from_index) {
+            Ok(skeleton) => (skeleton, None),
+            Err(reason) => {
+                self.metrics
+                    .workload_reads
+                    .get_or_create(&ReasonLabels {
+                        reason: reason.into(),
+                    })
+                    .inc();
+                let obj = match api.get_opt(&key.name).await {
+                    Ok(Some(o)) => o,
+                    Ok(None) => return Outcome::Gone,
+                    Err(e) => return Outcome::Failed(format!("GET: {e}")),
+                };
+                let Some(rv) = obj.metadata.resource_version.clone() else {
+                    return Outcome::Failed("object has no resourceVersion".into());
+                };
+                let Ok(value) = serde_json::to_value(&obj) else {
+                    return Outcome::Failed("object does not serialise".into());
+                };
+                (value, Some(rv))
+            }
         };
-        let uid = obj.metadata.uid.clone();
-        let Some(rv) = obj.metadata.resource_version.clone() else {
-            return Outcome::Failed("object has no resourceVersion".into());
-        };
-        let Ok(value) = serde_json::to_value(&obj) else {
-            return Outcome::Failed("object does not serialise".into());
-        };
+        let uid = value
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .map(String::from);
         let now = jiff::Timestamp::now().as_second();
 
         let mut working = value.clone();
@@ -389,6 +412,18 @@ impl Writer {
         }
     }
 
+    /// The skeleton to plan from, or why the object must be read instead (the metric's reason).
+    fn planning_view(&self, key: &WorkloadKey, from_index: bool) -> Result<Value, &'static str> {
+        if !from_index {
+            return Err("retry");
+        }
+        let skeleton = self.index.skeleton(key).ok_or("not_indexed")?;
+        if skeleton::needs_live_object(&self.plan, &skeleton, key.kind) {
+            return Err("kind");
+        }
+        Ok(skeleton)
+    }
+
     /// A strategic-merge patch for built-in kinds; otherwise (CRDs, a Deployment being paused, a Rollout
     /// restart, which also sets `spec.restartAt`) a JSON patch guarded by the resourceVersion.
     async fn patch(
@@ -396,7 +431,7 @@ impl Writer {
         api: &Api<DynamicObject>,
         key: &WorkloadKey,
         value: &Value,
-        rv: String,
+        rv: Option<String>,
         changes: &[MarkerChange],
         restart: bool,
     ) -> Result<(), WriteError> {
@@ -437,8 +472,12 @@ impl Writer {
         if strategic {
             let body = patch::render_strategic(value, key.kind, changes)
                 .map_err(|e| WriteError::Failed(format!("rendering the patch: {e}")))?;
-            return Self::send(api, &key.name, &params, &Patch::Strategic(body)).await;
+            let written = Self::send(api, &key.name, &params, &Patch::Strategic(body)).await?;
+            self.record_written(key, &written);
+            return Ok(());
         }
+        // Only planning from the index leaves `rv` unset, and that is never done for these patches.
+        let rv = rv.ok_or_else(|| WriteError::Failed("no resourceVersion to guard".into()))?;
         let mut ops = patch::render(value, key.kind, changes)
             .map_err(|e| WriteError::Failed(format!("rendering the patch: {e}")))?;
         ops.insert(0, test_resource_version(rv));
@@ -454,13 +493,24 @@ impl Writer {
                 value: json!(now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
             }));
         }
-        Self::send(
+        let written = Self::send(
             api,
             &key.name,
             &params,
             &Patch::Json::<()>(json_patch::Patch(ops)),
         )
-        .await
+        .await?;
+        self.record_written(key, &written);
+        Ok(())
+    }
+
+    /// Keeps the index's record as written, so a reload right after this one plans from it.
+    fn record_written(&self, key: &WorkloadKey, written: &DynamicObject) {
+        if let Ok(value) = serde_json::to_value(written) {
+            let entry = WorkloadEntry::from_object(&self.plan, &value, key.kind)
+                .with_skeleton(&self.plan, &value, key.kind);
+            self.index.record_written(key, entry);
+        }
     }
 
     async fn send<P: serde::Serialize + std::fmt::Debug>(
@@ -468,9 +518,9 @@ impl Writer {
         name: &str,
         params: &PatchParams,
         patch: &Patch<P>,
-    ) -> Result<(), WriteError> {
+    ) -> Result<DynamicObject, WriteError> {
         match tokio::time::timeout(PATCH_TIMEOUT, api.patch(name, params, patch)).await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(written)) => Ok(written),
             Ok(Err(kube::Error::Api(s))) if s.code == 404 => Err(WriteError::Gone),
             Ok(Err(e)) => Err(WriteError::Failed(format!("PATCH: {e}"))),
             Err(_) => Err(WriteError::Failed("PATCH timed out".into())),
@@ -485,7 +535,7 @@ impl Writer {
         key: &WorkloadKey,
         value: &Value,
         working: &Value,
-        rv: String,
+        rv: Option<String>,
         changes: &[MarkerChange],
     ) -> Result<(), WriteError> {
         let hashes: Vec<&str> = changes

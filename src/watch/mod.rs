@@ -182,7 +182,8 @@ impl Ctx {
                 kind,
                 name: name.to_string(),
             };
-            if self.queue.push(w.clone(), r, event, observed) == Pushed::Coalesced {
+            let lone = self.index.has_one_trigger(w);
+            if self.queue.push(w.clone(), r, event, observed, lone) == Pushed::Coalesced {
                 self.metrics.reloads_coalesced.inc();
             }
         }
@@ -390,7 +391,8 @@ pub async fn workloads(
             }
             let new = ctx.index.apply_workload(
                 key.clone(),
-                WorkloadEntry::from_object(&ctx.plan, &value, kind),
+                WorkloadEntry::from_object(&ctx.plan, &value, kind)
+                    .with_skeleton(&ctx.plan, &value, kind),
             );
             if new && check_stale {
                 let created_at = obj.metadata.creation_timestamp.as_ref();

@@ -4,7 +4,11 @@
 //! PNG plots. `--vs BIN` runs S1, S2, S3, S5 and S7 a second time against another rekindle-compatible
 //! binary and reports both side by side.
 //!
-//! Sizes: REKINDLE_BENCH_S1_PAIRS (100), REKINDLE_BENCH_S1_UPDATES (500), REKINDLE_BENCH_S2_WORKLOADS (500),
+//! S8 (the writer at a fixed pace, with and without a busy writer of the same Deployments, and a
+//! ConfigMap + Secret pair) and S9 (index memory per object) run in both modes; `--only writer` runs
+//! S3 at 1,000 and 5,000 Deployments, S8 and S9 alone and writes bench/results/writer.{json,md}.
+//!
+//! Sizes: REKINDLE_BENCH_S9_STEP (10000), REKINDLE_BENCH_S1_PAIRS (100), REKINDLE_BENCH_S1_UPDATES (500), REKINDLE_BENCH_S2_WORKLOADS (500),
 //! REKINDLE_BENCH_S3_WORKLOADS (5000), REKINDLE_BENCH_S4_SECRETS (comma list, 20000),
 //! REKINDLE_BENCH_S5_SECONDS (10), REKINDLE_BENCH_S6_WORKLOADS (10000, 0 skips the full-size S6),
 //! REKINDLE_BENCH_S6_RESOURCES (25000), REKINDLE_BENCH_S7_SECONDS (30). Output: REKINDLE_BENCH_OUT
@@ -12,6 +16,7 @@
 
 mod admission;
 mod plots;
+mod writer;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -536,6 +541,30 @@ async fn request_counts(client: &Client) -> Result<BTreeMap<String, f64>> {
     Ok(out)
 }
 
+/// The apiserver's CPU seconds (`process_cpu_seconds_total`) and the bytes of all its responses
+/// (`apiserver_response_sizes_sum`), from its /metrics.
+async fn apiserver_cost(client: &Client) -> Result<(f64, f64)> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    let value = |l: &str| {
+        l.rsplit_once(' ')
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let cpu = text
+        .lines()
+        .find(|l| l.starts_with("process_cpu_seconds_total "))
+        .map(value)
+        .unwrap_or(f64::NAN);
+    let bytes = text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_response_sizes_sum{"))
+        .map(value)
+        .sum();
+    Ok((cpu, bytes))
+}
+
 /// Waits until the namespaces of earlier scenarios are gone, so their deletion's API traffic does not
 /// land in a measurement.
 async fn quiesce(client: &Client, keep: &str) -> Result<()> {
@@ -583,6 +612,7 @@ async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> Resul
     tokio::time::sleep(Duration::from_secs(5)).await;
     while rx.try_recv().is_ok() {}
     let before = request_counts(client).await?;
+    let cost_before = apiserver_cost(client).await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     let target = workloads / 2;
     let cm = cms
@@ -600,6 +630,7 @@ async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> Resul
         .context("the needle was not reloaded")?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = request_counts(client).await?;
+    let cost_after = apiserver_cost(client).await?;
     let delta: BTreeMap<String, f64> = after
         .iter()
         .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
@@ -610,7 +641,8 @@ async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> Resul
     Ok(
         json!({"workloads": workloads, "configmaps": workloads, "setup_s": setup_s,
         "latency_ms": seen.saturating_duration_since(accepted).as_secs_f64() * 1000.0,
-        "api_requests_during_change": delta}),
+        "api_requests_during_change": delta,
+        "apiserver_cpu_s": cost_after.0 - cost_before.0, "apiserver_response_bytes": cost_after.1 - cost_before.1}),
     )
 }
 
@@ -817,6 +849,14 @@ async fn main() -> Result<()> {
         anyhow::ensure!(b.exists(), "--vs {}: no such binary", b.display());
     }
     let client = admin_client().await?;
+    let s9_step = env_usize("REKINDLE_BENCH_S9_STEP", 10_000);
+    if args.iter().any(|a| a == "--only=writer")
+        || args
+            .windows(2)
+            .any(|w| w[0] == "--only" && w[1] == "writer")
+    {
+        return writer_only(&client, s9_step).await;
+    }
     let sizes = Sizes {
         pairs: env_usize("REKINDLE_BENCH_S1_PAIRS", 100),
         updates: env_usize("REKINDLE_BENCH_S1_UPDATES", 500),
@@ -854,6 +894,10 @@ async fn main() -> Result<()> {
     } else {
         None
     };
+    eprintln!("S8 the writer …");
+    let s8 = writer::s8(&client).await?;
+    eprintln!("S9 index memory …");
+    let s9 = writer::s9(&client, s9_step).await?;
     let vs_run = match &vs {
         Some(b) => Some(comparable(&client, &sizes, Some(b.clone())).await?),
         None => None,
@@ -870,6 +914,8 @@ async fn main() -> Result<()> {
     report["s1_latency"]["bare_client_baseline"] = base;
     report["s4_memory_s6_startup"] = json!(s4_runs);
     report["s6_startup_full"] = json!(s6_full);
+    report["s8_writer"] = s8;
+    report["s9_index_memory"] = s9;
     if let (Some(b), Some(r)) = (&vs, &vs_run) {
         report["vs"] = json!({"binary": b.display().to_string(), "results": r});
     }
@@ -933,8 +979,42 @@ async fn main() -> Result<()> {
         .collect();
     plots::memory(&dir.join("s4_memory.png"), &memory)?;
 
-    let md = markdown(&report, &sizes);
+    let mut md = markdown(&report, &sizes);
+    md += &writer::markdown(&report["s8_writer"], &report["s9_index_memory"], &[]);
     std::fs::write(dir.join("report.md"), &md)?;
+    println!("{md}");
+    Ok(())
+}
+
+/// `--only writer`: S3 at two sizes, S8 and S9; bench/results/writer.{json,md}.
+async fn writer_only(client: &Client, s9_step: usize) -> Result<()> {
+    let mut s3_runs = Vec::new();
+    for n in [1000, 5000] {
+        eprintln!("S3 ({n} Deployments) …");
+        s3_runs.push(s3(client, n, None).await?);
+    }
+    eprintln!("S8 the writer …");
+    let s8 = writer::s8(client).await?;
+    eprintln!("S9 index memory …");
+    let s9 = writer::s9(client, s9_step).await?;
+    let version = client.apiserver_version().await?.git_version;
+    let report = json!({"kubernetes": version, "s3_needle": s3_runs, "s8_writer": s8, "s9_index_memory": s9});
+    let dir = std::env::var_os("REKINDLE_BENCH_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| e2e::root().join("bench/results"));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("writer.json"),
+        serde_json::to_string_pretty(&report)?,
+    )?;
+    let md = format!(
+        "# The writer and the index
+
+Kubernetes {version}, a shared 2-core machine: read medians and ratios. `just bench-load --only writer`.
+{}",
+        writer::markdown(&report["s8_writer"], &report["s9_index_memory"], &s3_runs)
+    );
+    std::fs::write(dir.join("writer.md"), &md)?;
     println!("{md}");
     Ok(())
 }

@@ -1,0 +1,405 @@
+//! S8, the writer: reload latency at a fixed pace next to the bare client of the same run, the API
+//! requests and retries one change costs (also while another client keeps writing the workloads), a
+//! ConfigMap and a Secret changed 200 ms apart under the default configuration, and S9, the index's
+//! memory per workload and per resource as either grows at a fixed number of the other.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use e2e::rekindle::{Options, Rekindle};
+use e2e::TestNamespace;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+
+use super::{create_pairs, f, request_counts, seen, summary, template_watch};
+
+/// Who applies the change: rekindle (with its debounce flag, None = default) or the bench itself.
+#[derive(Clone, Copy)]
+enum Who {
+    Bare,
+    Rekindle(Option<&'static str>),
+}
+
+impl Who {
+    fn label(self) -> &'static str {
+        match self {
+            Who::Bare => "bare client",
+            Who::Rekindle(Some(_)) => "rekindle, debounce 0",
+            Who::Rekindle(None) => "rekindle, default configuration",
+        }
+    }
+}
+
+const PAIRS: usize = 20;
+
+/// One paced run: `updates` ConfigMap changes at `rate` per second, each waited for in a watch.
+/// `busy`: another client patches every Deployment's labels in a tight loop meanwhile.
+async fn paced(client: &Client, who: Who, rate: f64, updates: usize, busy: bool) -> Result<Value> {
+    let ns = TestNamespace::new(client, "bench-s8").await?;
+    create_pairs(client, &ns.name, PAIRS, matches!(who, Who::Rekindle(_))).await?;
+    let rk = match who {
+        Who::Bare => None,
+        Who::Rekindle(debounce) => {
+            let flag = debounce.map(|d| format!("--reload-debounce={d}"));
+            let args: Vec<&str> = flag.iter().map(String::as_str).collect();
+            Some(
+                Rekindle::start(
+                    client,
+                    &[&ns.name],
+                    Options {
+                        args: &args,
+                        ..Default::default()
+                    },
+                )
+                .await?,
+            )
+        }
+    };
+    let mut rx = template_watch(client, &ns.name);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while rx.try_recv().is_ok() {}
+    let ds: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let busy_writer = busy.then(|| {
+        let (ds, stop) = (ds.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.is_cancelled() {
+                let patch = json!({"metadata": {"labels": {"busy": n.to_string()}}});
+                let name = format!("d-{}", n as usize % PAIRS);
+                if ds
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .is_ok()
+                {
+                    n += 1;
+                }
+            }
+            n
+        })
+    });
+    let before = request_counts(client).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let start = Instant::now();
+    let mut latencies = Vec::new();
+    let mut missed = 0;
+    for u in 0..updates {
+        let due = start + interval * u as u32;
+        tokio::time::sleep_until(due.into()).await;
+        let i = (u * 7) % PAIRS;
+        let target = format!("d-{i}");
+        let (marker, accepted) = match who {
+            Who::Bare => {
+                let value = format!("v{u}");
+                let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "env": [{"name": "X", "value": value}]}]}}}});
+                let at = Instant::now();
+                ds.patch(&target, &PatchParams::default(), &Patch::Strategic(&patch))
+                    .await?;
+                (value, at)
+            }
+            Who::Rekindle(_) => {
+                let cm = cms
+                    .patch(
+                        &format!("cm-{i}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({"data": {"v": format!("u{u}")}})),
+                    )
+                    .await?;
+                (
+                    rekindle::core::hash::configmap_hash_typed(&cm),
+                    Instant::now(),
+                )
+            }
+        };
+        match seen(&mut rx, &target, &marker, Duration::from_secs(10)).await {
+            Some(at) => {
+                latencies.push(at.saturating_duration_since(accepted).as_secs_f64() * 1000.0)
+            }
+            None => missed += 1,
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = request_counts(client).await?;
+    stop.cancel();
+    let busy_patches = match busy_writer {
+        Some(t) => Some(t.await?),
+        None => None,
+    };
+    let per_change = |k: &str| {
+        (after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0))
+            / updates as f64
+    };
+    let mut out = summary(latencies);
+    out["who"] = json!(who.label());
+    out["rate_per_s"] = json!(rate);
+    out["missed"] = json!(missed);
+    out["busy_writer_patches"] = json!(busy_patches);
+    if let Some(rk) = rk {
+        // The busy writer's own PATCHes are not rekindle's.
+        let busy = busy_patches.unwrap_or(0) as f64 / updates as f64;
+        out["get_deployments_per_change"] = json!(per_change("GET deployments"));
+        out["patch_deployments_per_change"] = json!(per_change("PATCH deployments") - busy);
+        out["failed_attempts"] = json!(
+            rk.metric("rekindle_errors_total{kind=\"reload_attempt\"}")
+                .await?
+        );
+        let mut reads = 0.0;
+        for reason in ["retry", "kind", "not_indexed"] {
+            reads += rk
+                .metric(&format!(
+                    "rekindle_workload_reads_total{{reason=\"{reason}\"}}"
+                ))
+                .await?;
+        }
+        out["workload_reads"] = json!(reads);
+        out["reloads"] = json!(rk.reloads(true).await?);
+        rk.stop().await?;
+    }
+    ns.cleanup().await?;
+    Ok(out)
+}
+
+/// A ConfigMap and a Secret of one Deployment changed 200 ms apart, default configuration: how many
+/// template changes (rollouts) each pair gives.
+async fn pair(client: &Client, trials: usize) -> Result<Value> {
+    let ns = TestNamespace::new(client, "bench-s8pair").await?;
+    let rk = Rekindle::start(client, &[&ns.name], Options::default()).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let ds: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let pp = PostParams::default();
+    cms.create(
+        &pp,
+        &serde_json::from_value(json!({"metadata": {"name": "cm"}, "data": {"v": "0"}}))?,
+    )
+    .await?;
+    secrets
+        .create(
+            &pp,
+            &serde_json::from_value(
+                json!({"metadata": {"name": "sec"}, "stringData": {"v": "0"}}),
+            )?,
+        )
+        .await?;
+    ds.create(&pp, &serde_json::from_value(json!({"metadata": {"name": "d", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "d"}}, "template": {"metadata": {"labels": {"app": "d"}},
+            "spec": {"containers": [{"name": "app", "image": "busybox",
+                "envFrom": [{"configMapRef": {"name": "cm"}}, {"secretRef": {"name": "sec"}}]}]}}}}))?)
+        .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let generation = |d: Deployment| d.metadata.generation.unwrap_or(0);
+    let mut rollouts = Vec::new();
+    for t in 0..trials {
+        let g0 = generation(ds.get("d").await?);
+        let merge = |v: String| Patch::Merge(json!({"data": {"v": v}}));
+        cms.patch("cm", &PatchParams::default(), &merge(format!("c{t}")))
+            .await?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let secret = json!({"stringData": {"v": format!("s{t}")}});
+        secrets
+            .patch("sec", &PatchParams::default(), &Patch::Merge(&secret))
+            .await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        rollouts.push(generation(ds.get("d").await?) - g0);
+    }
+    rk.stop().await?;
+    ns.cleanup().await?;
+    Ok(json!({"trials": trials, "rollouts_per_pair": rollouts}))
+}
+
+/// S8: paced latency at 10 and 2 updates/s for the three writers (alternating), the same at 10/s with
+/// a busy writer, and the pair.
+pub async fn s8(client: &Client) -> Result<Value> {
+    let mut runs = Vec::new();
+    for (rate, updates) in [(10.0, 100), (2.0, 40)] {
+        for who in [Who::Bare, Who::Rekindle(Some("0")), Who::Rekindle(None)] {
+            eprintln!("S8 {} at {rate}/s …", who.label());
+            runs.push(paced(client, who, rate, updates, false).await?);
+        }
+    }
+    let mut busy = Vec::new();
+    for who in [Who::Bare, Who::Rekindle(Some("0"))] {
+        eprintln!("S8 {} at 10/s with a busy writer …", who.label());
+        busy.push(paced(client, who, 10.0, 100, true).await?);
+    }
+    eprintln!("S8 ConfigMap + Secret 200 ms apart …");
+    let pair = pair(client, 10).await?;
+    Ok(json!({"paced": runs, "busy": busy, "pair": pair}))
+}
+
+async fn wait_for_metric(rk: &Rekindle, series: &str, at_least: f64) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while rk.metric(series).await? < at_least {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{series} did not reach {at_least}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
+/// RSS once the index holds `want` of a gauge, after a settle (and the heap trim it triggers).
+async fn rss_at(rk: &Rekindle, gauge: &str, want: usize) -> Result<u64> {
+    wait_for_metric(rk, gauge, want as f64).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    rk.rss_bytes().context("no RSS")
+}
+
+async fn create_many<F>(n: std::ops::Range<usize>, make: F) -> Result<()>
+where
+    F: Fn(usize) -> futures::future::BoxFuture<'static, Result<()>>,
+{
+    futures::stream::iter(n)
+        .map(make)
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    Ok(())
+}
+
+/// S9: index memory. ConfigMaps 0 → `step` → 2·`step` with no workloads, then Deployments
+/// (replicas 0, each using one of 1,000 ConfigMaps) 0 → `step` → 2·`step`; RSS at each step.
+pub async fn s9(client: &Client, step: usize) -> Result<Value> {
+    let ns = TestNamespace::new(client, "bench-s9").await?;
+    let rk = Rekindle::start(client, &[&ns.name], Options::default()).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let ds: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let gauge_res = "rekindle_index_resources";
+    let gauge_wl = "rekindle_index_workloads";
+    let mut resources = vec![(0usize, rk.rss_bytes().context("no RSS")?)];
+    for k in 1..=2 {
+        let cms = cms.clone();
+        create_many((k - 1) * step..k * step, move |i| {
+            let cms = cms.clone();
+            Box::pin(async move {
+                let cm: ConfigMap = serde_json::from_value(
+                    json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "x"}}),
+                )?;
+                cms.create(&PostParams::default(), &cm).await?;
+                Ok(())
+            })
+        })
+        .await?;
+        resources.push((k * step, rss_at(&rk, gauge_res, k * step).await?));
+    }
+    let mut workloads = vec![(0usize, rk.rss_bytes().context("no RSS")?)];
+    for k in 1..=2 {
+        let ds = ds.clone();
+        create_many((k - 1) * step..k * step, move |i| {
+            let ds = ds.clone();
+            Box::pin(async move {
+                let name = format!("d-{i}");
+                let d: Deployment = serde_json::from_value(json!({"metadata": {"name": name,
+                        "annotations": {"reloader.stakater.com/auto": "true"}},
+                    "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
+                        "template": {"metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "app", "image": "busybox",
+                            "envFrom": [{"configMapRef": {"name": format!("cm-{}", i % 1000)}}]}]}}}}))?;
+                ds.create(&PostParams::default(), &d).await?;
+                Ok(())
+            })
+        })
+        .await?;
+        workloads.push((k * step, rss_at(&rk, gauge_wl, k * step).await?));
+    }
+    rk.stop().await?;
+    ns.cleanup().await?;
+    let per = |v: &[(usize, u64)]| {
+        let (n0, r0) = v[0];
+        let (n2, r2) = v[v.len() - 1];
+        (r2 as f64 - r0 as f64) / (n2 - n0) as f64
+    };
+    Ok(json!({
+        "resources": resources, "workloads": workloads,
+        "bytes_per_resource": per(&resources), "bytes_per_workload": per(&workloads),
+        "bytes_per_workload_second_step": (workloads[2].1 as f64 - workloads[1].1 as f64) / step as f64,
+    }))
+}
+
+pub fn markdown(s8: &Value, s9: &Value, s3: &[Value]) -> String {
+    let mut md = String::from("\n## S8 the writer: paced changes, 20 ConfigMaps ↔ 20 Deployments\n\nChange accepted → new template in a watch; the bare client PATCHes the template itself (the limit). Runs alternate writers at each rate. Requests per change are `apiserver_request_total` deltas for Deployments (GET, and PATCH less the busy writer's); failed attempts and reads are rekindle's own `rekindle_errors_total{kind=\"reload_attempt\"}` and `rekindle_workload_reads_total`.\n\n| writer | rate /s | n | missed | p50 ms | p99 ms | p50 / bare | p99 / bare | GET/change | PATCH/change | failed attempts | reads |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let rows = |md: &mut String, runs: &[Value]| {
+        let mut bare: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        for r in runs {
+            let rate = r["rate_per_s"].to_string();
+            if r["who"] == "bare client" {
+                bare.insert(rate.clone(), (f(&r["p50_ms"]), f(&r["p99_ms"])));
+            }
+            let (b50, b99) = bare.get(&rate).copied().unwrap_or((f64::NAN, f64::NAN));
+            let cell = |k: &str| match r.get(k).and_then(Value::as_f64) {
+                Some(v) => format!("{v:.2}"),
+                None => "—".into(),
+            };
+            *md += &format!(
+                "| {}{} | {} | {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {} |\n",
+                r["who"].as_str().unwrap_or(""),
+                if r["busy_writer_patches"].is_null() {
+                    String::new()
+                } else {
+                    format!(", busy writer ({} patches)", r["busy_writer_patches"])
+                },
+                rate,
+                r["n"],
+                r["missed"],
+                f(&r["p50_ms"]),
+                f(&r["p99_ms"]),
+                f(&r["p50_ms"]) / b50,
+                f(&r["p99_ms"]) / b99,
+                cell("get_deployments_per_change"),
+                cell("patch_deployments_per_change"),
+                cell("failed_attempts"),
+                cell("workload_reads"),
+            );
+        }
+    };
+    rows(
+        &mut md,
+        s8["paced"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+    );
+    rows(
+        &mut md,
+        s8["busy"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+    );
+    md += &format!(
+        "\nA ConfigMap and a Secret of one Deployment changed 200 ms apart, default configuration, {} times: template changes per pair {}.\n",
+        s8["pair"]["trials"], s8["pair"]["rollouts_per_pair"]
+    );
+    if !s3.is_empty() {
+        md += "\n## S3 apiserver cost of one change among many (one namespace)\n\n| Deployments | latency ms | apiserver CPU s in the window | apiserver response bytes in the window | GET deployments | LIST deployments |\n|---|---|---|---|---|---|\n";
+        for r in s3 {
+            let req = |k: &str| r["api_requests_during_change"][k].as_f64().unwrap_or(0.0);
+            md += &format!(
+                "| {} | {:.1} | {:.3} | {:.0} | {} | {} |\n",
+                r["workloads"],
+                f(&r["latency_ms"]),
+                f(&r["apiserver_cpu_s"]),
+                f(&r["apiserver_response_bytes"]),
+                req("GET deployments"),
+                req("LIST deployments")
+            );
+        }
+    }
+    if s9.is_object() {
+        let steps = |k: &str| {
+            s9[k]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| format!("{} → {:.1} MiB", p[0], f(&p[1]) / 1048576.0))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        md += &format!("\n## S9 index memory\n\nRSS of rekindle (release build) as ConfigMaps grow with no workloads ({}), then as Deployments grow at 2× that many ConfigMaps ({}). **{:.0} bytes per ConfigMap, {:.0} bytes per Deployment** (second step alone: {:.0}).\n",
+            steps("resources"), steps("workloads"), f(&s9["bytes_per_resource"]), f(&s9["bytes_per_workload"]), f(&s9["bytes_per_workload_second_step"]));
+    }
+    md
+}
