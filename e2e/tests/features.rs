@@ -5,8 +5,8 @@ use std::time::Duration;
 use anyhow::Result;
 use e2e::rekindle::{Options, Rekindle};
 use e2e::{
-    admin_client, apply_value, apply_yaml, dynamic_api, get_json, replica_sets, wait_for,
-    wait_replica_sets, TestNamespace, TIMEOUT,
+    admin_client, apply_value, apply_yaml, dynamic_api, expect_replica_sets, get_json,
+    replica_sets, wait_for, wait_replica_sets, TestNamespace, TIMEOUT,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -145,6 +145,84 @@ async fn reload_on_create_and_delete() -> Result<()> {
     .await?;
     rk.stop().await?;
     ns.cleanup().await
+}
+
+/// A resource the workload only names in `configmap.reloader.stakater.com/reload` (its pod spec does not
+/// use it) and that is then deleted, as Reloader handles it: with env vars the marker its update wrote
+/// on the first container is removed; with annotations `last-reloaded-from` records the deletion even
+/// though no marker was ever written. Each is one more rollout.
+#[tokio::test]
+async fn deleting_a_resource_the_workload_only_names_reloads_it_in_both_strategies() -> Result<()> {
+    let client = admin_client().await?;
+    for strategy in ["env-vars", "annotations"] {
+        let ns = TestNamespace::new(&client, "e2e-namedel").await?;
+        apply_yaml(&client, Some(&ns.name), CM).await?;
+        apply_yaml(
+            &client,
+            Some(&ns.name),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: named}\ndata: {a: '1'}\n",
+        )
+        .await?;
+        let flag = format!("--reload-strategy={strategy}");
+        let rk = Rekindle::start(
+            &client,
+            &[&ns.name],
+            Options {
+                args: &["--reload-on-delete=true", &flag],
+                ..Default::default()
+            },
+        )
+        .await?;
+        apply_value(
+            &client,
+            Some(&ns.name),
+            deployment(
+                "web",
+                json!({"configmap.reloader.stakater.com/reload": "named"}),
+                "app-config",
+            ),
+        )
+        .await?;
+        expect_replica_sets(&client, &ns.name, "web", 1).await?;
+        let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+        let mut rollouts = 1;
+        if strategy == "env-vars" {
+            change_cm(&client, &ns.name, "named", "changed").await?;
+            rollouts += 1;
+            expect_replica_sets(&client, &ns.name, "web", rollouts).await?;
+        }
+        Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+            .delete("named", &DeleteParams::default())
+            .await?;
+        rollouts += 1;
+        expect_replica_sets(&client, &ns.name, "web", rollouts).await?;
+        let d = get_json(&deployments, "web").await?;
+        let template = d.pointer("/spec/template").cloned().unwrap_or_default();
+        match strategy {
+            "env-vars" => assert_eq!(
+                template.pointer("/spec/containers/0/env"),
+                None,
+                "{strategy}: the marker is removed"
+            ),
+            _ => {
+                let source: Value = serde_json::from_str(
+                    template
+                        .pointer("/metadata/annotations/reloader.stakater.com~1last-reloaded-from")
+                        .and_then(Value::as_str)
+                        .unwrap_or("{}"),
+                )?;
+                assert_eq!(source["name"], "named", "{strategy}");
+                assert_eq!(
+                    source["hash"],
+                    rekindle::core::hash::delete_marker_hash().as_str(),
+                    "{strategy}: the delete marker's hash"
+                );
+            }
+        }
+        rk.stop().await?;
+        ns.cleanup().await?;
+    }
+    Ok(())
 }
 
 #[tokio::test]

@@ -220,6 +220,12 @@ async fn a_job_is_recreated_under_the_same_name() -> Result<()> {
         v.pointer("/spec/template/spec/containers/0/env/0/value"),
         Some(&json!(h2))
     );
+    // A Job is re-created from the whole object, so it is read first (the metric says why).
+    assert_eq!(
+        rk.metric("rekindle_workload_reads_total{reason=\"kind\"}")
+            .await?,
+        1.0
+    );
     rk.stop().await?;
     ns.cleanup().await
 }

@@ -781,6 +781,16 @@ async fn a_busy_workload_is_reloaded_while_another_client_writes_it() -> Result<
         0.0,
         "no reload attempt failed (a conflict would count here)"
     );
+    for reason in ["not_indexed", "kind", "retry"] {
+        assert_eq!(
+            rk.metric(&format!(
+                "rekindle_workload_reads_total{{reason=\"{reason}\"}}"
+            ))
+            .await?,
+            0.0,
+            "planned from the index, never read ({reason})"
+        );
+    }
     rk.stop().await?;
     ns.cleanup().await
 }

@@ -9,7 +9,10 @@ use super::hash::delete_marker_hash;
 use super::patch::{
     config_hash_key, config_hashes, env_value, first_env_value, MarkerChange, Place, ReloadSource,
 };
-use super::policy::{decide, Decision, PolicyConfig, Reason, ResourceFlags, WorkloadPolicy};
+use super::policy::{
+    decide, Decision, PolicyConfig, Reason, ResourceFlags, WorkloadPolicy,
+    LAST_RELOADED_FROM_ANNOTATION,
+};
 use super::refs::{self, ContainerRef};
 use super::{ResourceKind, WorkloadKind};
 
@@ -235,11 +238,28 @@ pub fn marker_changes(
     let key = config_hash_key(change.kind, change.name);
     let current = current_marker(cfg, obj, kind, change.kind, change.name, Some(container));
     let deleting = change.event == Event::Delete;
-    if deleting {
-        if current.is_none() {
+    if deleting && current.is_none() {
+        // Reloader's annotations strategy writes `last-reloaded-from` with the delete marker whether or
+        // not a marker was there (a workload that only names the resource never had one); once.
+        let annotations_in_template =
+            cfg.strategy == Strategy::Annotations && place == Place::Template;
+        if !annotations_in_template || last_reloaded_from_delete_of(obj, kind, change) {
             return Vec::new();
         }
-    } else if current.as_deref() == Some(change.hash) {
+        let hash = delete_marker_hash();
+        let source = ReloadSource {
+            kind: change.kind.env_suffix(),
+            name: change.name,
+            namespace: change.namespace,
+            hash: &hash,
+            container_refs: vec![container.name.as_str()],
+            observed_at: now,
+        };
+        return vec![MarkerChange::SetLastReloadedFrom {
+            value: source.to_json(),
+        }];
+    }
+    if !deleting && current.as_deref() == Some(change.hash) {
         return Vec::new();
     }
 
@@ -287,6 +307,23 @@ pub fn marker_changes(
         out.extend(other_strategy_marker(cfg, obj, kind, change, container));
     }
     out
+}
+
+/// Whether the template's `last-reloaded-from` already records the deletion of this resource.
+fn last_reloaded_from_delete_of(obj: &Value, kind: WorkloadKind, change: &Change<'_>) -> bool {
+    let Some(text) = refs::pod_template(obj, kind)
+        .and_then(|t| refs::at(t, "/metadata/annotations"))
+        .and_then(|a| a.get(LAST_RELOADED_FROM_ANNOTATION))
+        .and_then(Value::as_str)
+    else {
+        return false;
+    };
+    let Ok(source) = serde_json::from_str::<Value>(text) else {
+        return false;
+    };
+    source["type"] == change.kind.env_suffix()
+        && source["name"] == change.name
+        && source["hash"] == delete_marker_hash().as_str()
 }
 
 fn env_marker(container: usize, name: String, hash: &str, deleting: bool) -> MarkerChange {
@@ -554,19 +591,38 @@ mod tests {
                 ..Default::default()
             };
             let obj = workload(WorkloadKind::Deployment, auto());
-            // Nothing to remove on a workload without the marker.
-            assert_eq!(
-                plan(
-                    &cfg,
-                    &obj,
-                    WorkloadKind::Deployment,
-                    &change(Event::Delete, ""),
-                    1
-                )
-                .decision
-                .reason,
-                Reason::AlreadyCurrent
+            let unmarked = plan(
+                &cfg,
+                &obj,
+                WorkloadKind::Deployment,
+                &change(Event::Delete, ""),
+                1,
             );
+            match strategy {
+                // Nothing to remove on a workload without the marker.
+                Strategy::EnvVars => assert_eq!(unmarked.decision.reason, Reason::AlreadyCurrent),
+                // Reloader writes last-reloaded-from with the delete marker all the same, once.
+                Strategy::Annotations => {
+                    assert_eq!(unmarked.changes.len(), 1);
+                    let out = apply(&obj, WorkloadKind::Deployment, &unmarked.changes).unwrap();
+                    let lrf: Value = serde_json::from_str(
+                        out.pointer("/spec/template/metadata/annotations/reloader.stakater.com~1last-reloaded-from")
+                            .and_then(Value::as_str)
+                            .unwrap(),
+                    )
+                    .unwrap();
+                    assert_eq!(lrf["hash"], json!(delete_marker_hash()));
+                    assert_eq!(lrf["name"], json!("app-config"));
+                    let again = plan(
+                        &cfg,
+                        &out,
+                        WorkloadKind::Deployment,
+                        &change(Event::Delete, ""),
+                        2,
+                    );
+                    assert!(again.changes.is_empty(), "idempotent");
+                }
+            }
             let stamped = apply(
                 &obj,
                 WorkloadKind::Deployment,
