@@ -160,8 +160,8 @@ impl Notifier {
                     decide_with(
                         policy,
                         w.kind,
-                        &e.policy,
-                        || e.refs.contains(&r),
+                        &e.policy(&policy.keys, w.kind),
+                        || e.references(&r),
                         kind,
                         name,
                         flags,

@@ -381,6 +381,23 @@ fn deployment_is_hardened_ha_and_probed_without_leadership() -> Result<()> {
     ] {
         assert!(args.contains(&want.to_string()), "{want} in {args:?}");
     }
+    // A renamed annotation reaches the webhook: the CEL condition tests for it too.
+    let conditions = webhook(&docs)["matchConditions"].to_string();
+    assert!(
+        conditions.contains("k.contains('example.com/auto')"),
+        "{conditions}"
+    );
+    assert!(conditions.contains("k.contains('reloader.stakater.com/')"));
+    Ok(())
+}
+
+#[test]
+fn without_ha_one_replica_runs_and_no_pdb_blocks_drains() -> Result<()> {
+    let docs = render_with(&["rekindle.enableHA=false", "replicaCount=3"])?;
+    let d = &of_kind(&docs, "Deployment")[0];
+    assert_eq!(d["spec"]["replicas"], 1, "every replica would write");
+    assert!(!args_of(container(&docs, "rekindle")).contains(&"--enable-ha=true".to_string()));
+    assert!(of_kind(&docs, "PodDisruptionBudget").is_empty());
     Ok(())
 }
 

@@ -230,6 +230,80 @@ async fn a_job_is_recreated_under_the_same_name() -> Result<()> {
     ns.cleanup().await
 }
 
+/// Two writers (two replicas without leader election) handle the same change of a Job's ConfigMap:
+/// the delete is conditional on the UID each read, so the Job is re-created once, never twice.
+#[tokio::test]
+async fn two_writers_re_create_a_job_only_once() -> Result<()> {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, watcher};
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-job2").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let a = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            instance: "a",
+            ..Default::default()
+        },
+    )
+    .await?;
+    let b = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            instance: "b",
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "migrate", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"template": pod_template()}}),
+    )
+    .await?;
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns.name);
+    let first_uid = jobs.get("migrate").await?.uid();
+    let uids = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let seen = {
+        let (jobs, uids) = (jobs.clone(), uids.clone());
+        tokio::spawn(async move {
+            let mut stream = watcher(jobs, watcher::Config::default()).boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                if let watcher::Event::Apply(j) | watcher::Event::InitApply(j) = event {
+                    uids.lock().unwrap().insert(j.uid());
+                }
+            }
+        })
+    };
+    let h2 = change_cm(&client, &ns.name, "changed").await?;
+    wait_for("the Job to be re-created", TIMEOUT, || async {
+        Ok(jobs.get_opt("migrate").await?.filter(|j| {
+            j.uid() != first_uid
+                && serde_json::to_value(j).ok().and_then(|v| {
+                    v.pointer("/spec/template/spec/containers/0/env/0/value")
+                        .cloned()
+                }) == Some(json!(h2))
+        }))
+    })
+    .await?;
+    // Both writers have had their go at it by now.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    seen.abort();
+    let uids = uids.lock().unwrap().clone();
+    assert_eq!(
+        uids.len(),
+        2,
+        "the original Job and one re-creation: {uids:?}"
+    );
+    a.stop().await?;
+    b.stop().await?;
+    ns.cleanup().await
+}
+
 #[tokio::test]
 async fn argo_rollout_restart_and_workload_ref() -> Result<()> {
     let client = admin_client().await?;

@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 
 use crate::core::patch::{self, config_hashes, MarkerChange, Place};
 use crate::core::plan::{self, marker_place, Change, Event, PlanConfig, Strategy};
+use crate::core::policy::WorkloadPolicy;
 use crate::core::refs::{self, ResourceRef};
 use crate::core::WorkloadKind;
 use crate::index::{Index, ResourceEntry, WorkloadEntry, WorkloadKey};
@@ -216,7 +217,7 @@ impl Admission {
                     .map(String::from)
             })
             .unwrap_or_default();
-        let entry = WorkloadEntry::from_object(&self.plan, &obj, kind);
+        let (entry, policy) = WorkloadEntry::with_policy(&self.plan, &obj, kind);
         // generateName: no name yet, so nothing to record; dry-run: no side effects.
         let record = !name.is_empty() && req.dry_run != Some(true);
         let key = WorkloadKey {
@@ -247,7 +248,8 @@ impl Admission {
             Some(old) => refs::pod_template(old, kind) != refs::pod_template(&obj, kind),
         };
         if may_add {
-            let changes = self.new_markers(kind, namespace, &obj, &entry, restored, &hashes);
+            let changes =
+                self.new_markers(kind, namespace, &obj, (&entry, &policy), restored, &hashes);
             if !changes.is_empty() {
                 ops.extend(
                     patch::render_onto(&mut obj, kind, &changes).map_err(|e| e.to_string())?,
@@ -268,7 +270,7 @@ impl Admission {
         kind: WorkloadKind,
         namespace: &str,
         obj: &Value,
-        entry: &WorkloadEntry,
+        (entry, policy): (&WorkloadEntry, &WorkloadPolicy),
         restored: bool,
         hashes: &HashMap<ResourceRef, ResourceEntry>,
     ) -> Vec<MarkerChange> {
@@ -282,7 +284,7 @@ impl Admission {
                 plan::current_marker(&self.plan, obj, kind, r.kind, &r.name, container.as_ref())
                     .is_some()
             } else {
-                entry.markers.contains_key(r)
+                entry.marker(r).is_some()
             };
             if has_marker {
                 continue;
@@ -295,7 +297,7 @@ impl Admission {
                 flags: res.flags,
                 event: Event::Update,
             };
-            let p = plan::plan_with_policy(&self.plan, obj, kind, &entry.policy, &change, 0);
+            let p = plan::plan_with_policy(&self.plan, obj, kind, policy, &change, 0);
             out.extend(p.changes.into_iter().filter(|c| match c {
                 MarkerChange::SetEnv { .. } => place == Place::Template,
                 MarkerChange::SetConfigHash { place: p, .. } => *p == place,

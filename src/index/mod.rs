@@ -4,14 +4,14 @@
 //! "Read hashes + record workload" (admission) and "update hash + find dependents" (watch) are each one
 //! critical section, so no change can fall between them. Secret data is never kept: hashes only.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::core::plan::{current_marker, PlanConfig};
-use crate::core::policy::{ResourceFlags, WorkloadPolicy};
+use crate::core::policy::{AnnotationKeys, ResourceFlags, WorkloadPolicy};
 use crate::core::refs::{self, ResourceRef};
 use crate::core::skeleton;
 use crate::core::{ResourceKind, WorkloadKind};
@@ -53,16 +53,18 @@ pub struct ResourceEntry {
     pub flags: ResourceFlags,
 }
 
-/// What the index keeps of a workload: references, policy annotations and markers, never the object.
+/// What the index keeps of a workload: references and markers, never the object. Sorted boxed slices,
+/// not B-trees: a workload has a handful of references, and a B-tree node costs hundreds of bytes.
+/// The policy annotations are read from the skeleton when needed (notify mode), not kept twice.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WorkloadEntry {
-    pub refs: BTreeSet<ResourceRef>,
-    pub policy: WorkloadPolicy,
-    /// The marker currently on the workload for each referenced resource that has one.
-    pub markers: BTreeMap<ResourceRef, String>,
+    /// Referenced resources, sorted.
+    pub refs: Box<[ResourceRef]>,
+    /// The marker currently on the workload for each referenced resource that has one, sorted.
+    markers: Box<[(ResourceRef, Box<str>)]>,
     pub has_patterns: bool,
-    /// What planning reads of the object (`core::skeleton`, compact JSON), for kinds the writer can
-    /// patch without reading them first; set from the watch and from the writer's own PATCH response.
+    /// What planning reads of the object (`core::skeleton`, compact JSON); set from the watch and from
+    /// the writer's own PATCH response, absent for admission's provisional records.
     pub skeleton: Option<Box<str>>,
     /// The object's resourceVersion when it is a number (etcd's always are), so an older watch event
     /// never replaces what the writer's PATCH response already recorded.
@@ -71,42 +73,76 @@ pub struct WorkloadEntry {
 
 impl WorkloadEntry {
     pub fn from_object(cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Self {
+        Self::with_policy(cfg, obj, kind).0
+    }
+
+    /// The entry and the policy annotations it was decided from (admission plans with them).
+    pub fn with_policy(
+        cfg: &PlanConfig,
+        obj: &Value,
+        kind: WorkloadKind,
+    ) -> (Self, WorkloadPolicy) {
         let policy = WorkloadPolicy::from_workload(&cfg.policy.keys, obj, kind);
         let has_patterns = policy.has_patterns(&cfg.policy.keys);
         let Some(spec) = refs::pod_spec(obj, kind) else {
-            return Self {
-                policy,
+            let entry = Self {
                 has_patterns,
                 ..Default::default()
             };
+            return (entry, policy);
         };
-        let refs = refs::references(spec);
+        let refs: Vec<ResourceRef> = refs::references(spec).into_iter().collect();
         let markers = refs
             .iter()
             .filter_map(|r| {
                 let container = refs::choose_container(spec, r.kind, &r.name, true);
                 current_marker(cfg, obj, kind, r.kind, &r.name, container.as_ref())
-                    .map(|m| (r.clone(), m))
+                    .map(|m| (r.clone(), m.into_boxed_str()))
             })
             .collect();
-        Self {
-            refs,
-            policy,
+        let entry = Self {
+            refs: refs.into_boxed_slice(),
             markers,
             has_patterns,
             ..Default::default()
-        }
+        };
+        (entry, policy)
+    }
+
+    /// Whether the pod spec references `r`.
+    pub fn references(&self, r: &ResourceRef) -> bool {
+        self.refs.binary_search(r).is_ok()
+    }
+
+    /// The marker the workload carries for `r`.
+    pub fn marker(&self, r: &ResourceRef) -> Option<&str> {
+        self.markers
+            .binary_search_by(|(m, _)| m.cmp(r))
+            .ok()
+            .map(|i| &*self.markers[i].1)
+    }
+
+    /// The markers the workload carries, by resource.
+    pub fn markers(&self) -> impl Iterator<Item = (&ResourceRef, &str)> {
+        self.markers.iter().map(|(r, m)| (r, &**m))
+    }
+
+    /// The policy annotations, read from the skeleton (none without one).
+    pub fn policy(&self, keys: &AnnotationKeys, kind: WorkloadKind) -> WorkloadPolicy {
+        self.skeleton
+            .as_deref()
+            .and_then(|s| serde_json::from_str::<Value>(s).ok())
+            .map(|s| WorkloadPolicy::from_workload(keys, &s, kind))
+            .unwrap_or_default()
     }
 
     /// Adds the skeleton and resourceVersion of a stored object (the watch's or a PATCH response's).
     pub fn with_skeleton(mut self, cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Self {
-        if kind.strategic_merge() {
-            self.skeleton = Some(
-                skeleton::skeleton(&cfg.policy.keys, obj, kind)
-                    .to_string()
-                    .into(),
-            );
-        }
+        self.skeleton = Some(
+            skeleton::skeleton(&cfg.policy.keys, obj, kind)
+                .to_string()
+                .into(),
+        );
         self.resource_version = refs::at(obj, "/metadata/resourceVersion")
             .and_then(Value::as_str)
             .and_then(|rv| rv.parse().ok());
@@ -121,7 +157,7 @@ impl WorkloadEntry {
     /// Could a change of this resource concern the workload at all?
     fn may_depend_on(&self, kind: ResourceKind, name: &str) -> bool {
         self.has_patterns
-            || self.refs.contains(&ResourceRef {
+            || self.references(&ResourceRef {
                 kind,
                 name: name.to_string(),
             })
@@ -156,10 +192,10 @@ impl State {
         key: &'a WorkloadKey,
         entry: &'a WorkloadEntry,
     ) -> impl Iterator<Item = &'a ResourceRef> + 'a {
-        entry.markers.iter().filter_map(move |(r, marker)| {
+        entry.markers().filter_map(move |(r, marker)| {
             self.resources
                 .get(&ResourceKey::new(r.kind, &key.namespace, &r.name))
-                .is_some_and(|res| &res.hash != marker)
+                .is_some_and(|res| res.hash != marker)
                 .then_some(r)
         })
     }
@@ -196,10 +232,8 @@ impl State {
     /// Removes the reverse links of `old` that neither the confirmed nor the provisional record still needs.
     fn unlink(&mut self, key: &WorkloadKey, old: &WorkloadEntry) {
         let still = |s: &State, r: &ResourceRef| {
-            s.workloads.get(key).is_some_and(|e| e.refs.contains(r))
-                || s.provisional
-                    .get(key)
-                    .is_some_and(|(e, _)| e.refs.contains(r))
+            s.workloads.get(key).is_some_and(|e| e.references(r))
+                || s.provisional.get(key).is_some_and(|(e, _)| e.references(r))
         };
         for r in &old.refs {
             if still(self, r) {
@@ -519,7 +553,7 @@ impl Index {
             entry
                 .refs
                 .iter()
-                .filter(|r| !entry.markers.contains_key(*r))
+                .filter(|r| entry.marker(r).is_none())
                 .filter(|r| {
                     state
                         .recent_changes
@@ -537,11 +571,7 @@ impl Index {
         let state = self.read();
         let mut out = Vec::new();
         for (key, entry) in &state.workloads {
-            for r in entry
-                .refs
-                .iter()
-                .filter(|r| !entry.markers.contains_key(*r))
-            {
+            for r in entry.refs.iter().filter(|r| entry.marker(r).is_none()) {
                 if state
                     .resources
                     .contains_key(&ResourceKey::new(r.kind, &key.namespace, &r.name))
@@ -633,7 +663,13 @@ mod tests {
         index.record_written(&key, written("h1", "12"));
         // The watch delivers the state before the PATCH (11), then the PATCH itself (12).
         assert!(!index.apply_workload(key.clone(), written("h0", "11")));
-        let marker = |i: &Index| i.workload(&key).unwrap().markers.into_values().next();
+        let marker = |i: &Index| {
+            i.workload(&key)
+                .unwrap()
+                .markers()
+                .map(|(_, m)| m.to_string())
+                .next()
+        };
         assert_eq!(marker(&index).as_deref(), Some("h1"));
         index.apply_workload(key.clone(), written("h1", "12"));
         index.apply_workload(key.clone(), written("h2", "13"));

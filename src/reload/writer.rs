@@ -18,7 +18,7 @@ use std::time::Duration;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, TestOperation};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
@@ -588,19 +588,37 @@ impl Writer {
     }
 
     /// Job: delete (background propagation) and create again under the same name from its JSON.
-    /// A crash between the two loses the Job (documented limit).
+    /// The delete is conditional on the UID that was read: if another writer (a second replica
+    /// without leader election, say) re-created the Job since, it answers 409 and this reload is
+    /// already done; a create meeting a Job with another UID is done the same way. A crash between
+    /// the two loses the Job (documented limit).
     async fn recreate_job(
         &self,
         jobs: &Api<DynamicObject>,
         key: &WorkloadKey,
         working: &Value,
     ) -> Result<(), WriteError> {
+        let uid = working
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .map(String::from);
         let fresh = strip_job(working);
         let job: DynamicObject =
             serde_json::from_value(fresh).map_err(|e| WriteError::Failed(e.to_string()))?;
-        match jobs.delete(&key.name, &DeleteParams::background()).await {
+        let delete = DeleteParams {
+            preconditions: uid.clone().map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match jobs.delete(&key.name, &delete).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tracing::info!("the Job was re-created by another writer; nothing to do");
+                return Ok(());
+            }
             Err(e) => return Err(WriteError::Failed(format!("deleting the Job: {e}"))),
         }
         let params = PostParams {
@@ -611,8 +629,14 @@ impl Writer {
         for _ in 0..20 {
             match jobs.create(&params, &job).await {
                 Ok(_) => return Ok(()),
-                // The old Job is still being removed.
-                Err(kube::Error::Api(s)) if s.code == 409 => tokio::time::sleep(wait).await,
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    // Still the old Job being removed, or one another writer created meanwhile.
+                    let current = jobs.get_opt(&key.name).await.ok().flatten();
+                    if current.is_some_and(|j| j.metadata.uid != uid) {
+                        return Ok(());
+                    }
+                    tokio::time::sleep(wait).await
+                }
                 Err(e) => return Err(WriteError::Failed(format!("re-creating the Job: {e}"))),
             }
             wait = (wait * 2).min(Duration::from_secs(2));

@@ -850,12 +850,19 @@ async fn main() -> Result<()> {
     }
     let client = admin_client().await?;
     let s9_step = env_usize("REKINDLE_BENCH_S9_STEP", 10_000);
-    if args.iter().any(|a| a == "--only=writer")
-        || args
-            .windows(2)
-            .any(|w| w[0] == "--only" && w[1] == "writer")
-    {
-        return writer_only(&client, s9_step).await;
+    let only = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--only="))
+        .or_else(|| {
+            args.windows(2)
+                .find(|w| w[0] == "--only")
+                .map(|w| w[1].as_str())
+        });
+    match only {
+        Some("writer") => return writer_only(&client, s9_step, true).await,
+        Some("s9") => return writer_only(&client, s9_step, false).await,
+        Some(other) => anyhow::bail!("--only {other}: expected writer or s9"),
+        None => {}
     }
     let sizes = Sizes {
         pairs: env_usize("REKINDLE_BENCH_S1_PAIRS", 100),
@@ -986,15 +993,19 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-/// `--only writer`: S3 at two sizes, S8 and S9; bench/results/writer.{json,md}.
-async fn writer_only(client: &Client, s9_step: usize) -> Result<()> {
+/// `--only writer`: S3 at two sizes, S8 and S9; bench/results/writer.{json,md}. `--only s9`: S9
+/// alone; bench/results/s9.{json,md}.
+async fn writer_only(client: &Client, s9_step: usize, all: bool) -> Result<()> {
     let mut s3_runs = Vec::new();
-    for n in [1000, 5000] {
-        eprintln!("S3 ({n} Deployments) …");
-        s3_runs.push(s3(client, n, None).await?);
+    let mut s8 = Value::Null;
+    if all {
+        for n in [1000, 5000] {
+            eprintln!("S3 ({n} Deployments) …");
+            s3_runs.push(s3(client, n, None).await?);
+        }
+        eprintln!("S8 the writer …");
+        s8 = writer::s8(client).await?;
     }
-    eprintln!("S8 the writer …");
-    let s8 = writer::s8(client).await?;
     eprintln!("S9 index memory …");
     let s9 = writer::s9(client, s9_step).await?;
     let version = client.apiserver_version().await?.git_version;
@@ -1003,8 +1014,9 @@ async fn writer_only(client: &Client, s9_step: usize) -> Result<()> {
         .map(PathBuf::from)
         .unwrap_or_else(|| e2e::root().join("bench/results"));
     std::fs::create_dir_all(&dir)?;
+    let name = if all { "writer" } else { "s9" };
     std::fs::write(
-        dir.join("writer.json"),
+        dir.join(format!("{name}.json")),
         serde_json::to_string_pretty(&report)?,
     )?;
     let md = format!(
@@ -1014,7 +1026,7 @@ Kubernetes {version}, a shared 2-core machine: read medians and ratios. `just be
 {}",
         writer::markdown(&report["s8_writer"], &report["s9_index_memory"], &s3_runs)
     );
-    std::fs::write(dir.join("writer.md"), &md)?;
+    std::fs::write(dir.join(format!("{name}.md")), &md)?;
     println!("{md}");
     Ok(())
 }
