@@ -62,7 +62,7 @@ fn init_logging(config: &Config) {
     };
 }
 
-async fn client(config: &Config) -> Result<Client> {
+async fn client(config: &Config, metrics: &Metrics) -> Result<Client> {
     let kube_config = match &config.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -73,7 +73,15 @@ async fn client(config: &Config) -> Result<Client> {
             .await
             .context("no kubeconfig and not in a cluster")?,
     };
-    Ok(Client::try_from(kube_config)?)
+    let host = kube_config
+        .cluster_url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let layer = metrics.rest_layer(host);
+    Ok(kube::client::ClientBuilder::try_from(kube_config)?
+        .with_layer(&layer)
+        .build())
 }
 
 /// rekindle's own user name: its requests pass the webhook unchanged.
@@ -93,15 +101,15 @@ async fn self_username(client: &Client) -> Option<String> {
 }
 
 async fn run(config: Config) -> Result<()> {
-    let client = client(&config).await?;
-    let shutdown = CancellationToken::new();
-    let health = Arc::new(Health::default());
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::new(
         &mut registry,
         std::env::var("METRICS_COUNT_BY_NAMESPACE").as_deref() == Ok("enabled"),
     ));
     let registry = Arc::new(registry);
+    let client = client(&config, &metrics).await?;
+    let shutdown = CancellationToken::new();
+    let health = Arc::new(Health::default());
     let index = Arc::new(Index::new());
     let scope = Arc::new(ScopeFilter::new(&config.scope));
     let queue = Arc::new(Queue::new(QueueConfig {
@@ -380,6 +388,7 @@ async fn run(config: Config) -> Result<()> {
                 for (key, r) in index.absent_markers() {
                     if scope.namespace_in_scope(&key.namespace) {
                         queue.push(key, r, crate::core::plan::Event::Create, now, false);
+                        metrics.workqueue_adds.inc();
                     }
                 }
             }
@@ -413,6 +422,7 @@ async fn run(config: Config) -> Result<()> {
                         metrics.index_workloads.set(s.workloads as i64);
                         metrics.index_provisional.set(s.provisional as i64);
                         metrics.queue_depth.set(queue.depth() as i64);
+                        metrics.workqueue_depth.set(queue.depth() as i64);
                     }
                     _ = shutdown.cancelled() => return,
                 }
@@ -463,6 +473,7 @@ fn catch_up(index: &Index, queue: &Queue, scope: &ScopeFilter, ctx: &Ctx) {
             && !ctx.plan.policy.ignored_workload_types.contains(&key.kind)
         {
             queue.push(key, r, crate::core::plan::Event::Update, now, false);
+            ctx.metrics.workqueue_adds.inc();
         }
     }
 }

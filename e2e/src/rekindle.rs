@@ -18,6 +18,10 @@ use tokio::process::{Child, Command};
 
 use crate::{rekindle_binary, state_dir, wait_for};
 
+/// What Prometheus sends when it scrapes.
+pub const OPENMETRICS_ACCEPT: &str =
+    "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1";
+
 pub struct Options<'a> {
     /// Serve the webhook (otherwise the registration points at a port nobody listens on).
     pub webhook: bool,
@@ -75,9 +79,17 @@ fn free_port() -> Result<u16> {
 
 /// A plain HTTP GET on 127.0.0.1: status code and body.
 pub async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+    http_get_accept(port, path, None).await
+}
+
+/// A plain HTTP GET on 127.0.0.1 with an optional `Accept` header.
+pub async fn http_get_accept(port: u16, path: &str, accept: Option<&str>) -> Result<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
     stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{accept}\r\n").as_bytes())
         .await?;
     let mut buf = Vec::new();
     stream.read_to_end(&mut buf).await?;
@@ -284,7 +296,12 @@ impl Rekindle {
     }
 
     pub async fn metrics(&self) -> Result<String> {
-        let (status, body) = http_get(self.admin_port, "/metrics").await?;
+        self.metrics_as(Some(OPENMETRICS_ACCEPT)).await
+    }
+
+    /// `/metrics` as served for this `Accept` (None: the classic text format).
+    pub async fn metrics_as(&self, accept: Option<&str>) -> Result<String> {
+        let (status, body) = http_get_accept(self.admin_port, "/metrics", accept).await?;
         if status != 200 {
             bail!("/metrics answered {status}");
         }

@@ -322,39 +322,69 @@ async fn under_the_charts_rbac_rekindle_reloads_serves_a_rotated_certificate_and
         "stamped with the new certificate"
     );
 
-    // /metrics as a real Prometheus parser reads it (OpenMetrics, as served).
-    let body = rk.metrics().await?;
+    // /metrics as real Prometheus parsers read it: OpenMetrics when asked for (as Prometheus does),
+    // the classic text format otherwise (as Reloader serves it).
     let venv = String::from_utf8(
         Command::new(root().join("scripts/install-python-tools.sh"))
             .output()?
             .stdout,
     )?;
-    let mut parser = Command::new(Path::new(venv.trim()).join("bin/python"))
-        .args([
-            "-c",
-            "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families\n\
-             names = sorted(f.name for f in text_string_to_metric_families(sys.stdin.read()))\nprint('\\n'.join(names))",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
-    use std::io::Write as _;
-    parser.stdin.take().unwrap().write_all(body.as_bytes())?;
-    let out = parser.wait_with_output()?;
-    assert!(
-        out.status.success(),
-        "the OpenMetrics parser refused /metrics: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let families = String::from_utf8(out.stdout)?;
-    for name in [
-        "reloader_reload_executed",
-        "rekindle_admission_duration_seconds",
-        "rekindle_tls_cert_not_after_timestamp_seconds",
-        "rekindle_build",
+    for (accept, parser_module) in [
+        (
+            Some(e2e::rekindle::OPENMETRICS_ACCEPT),
+            "prometheus_client.openmetrics.parser",
+        ),
+        (None, "prometheus_client.parser"),
     ] {
-        assert!(families.lines().any(|l| l == name), "{name} in {families}");
+        let body = rk.metrics_as(accept).await?;
+        let mut parser = Command::new(Path::new(venv.trim()).join("bin/python"))
+            .args([
+                "-c",
+                &format!(
+                    "import sys\nfrom {parser_module} import text_string_to_metric_families\n\
+                     names = sorted(f.name for f in text_string_to_metric_families(sys.stdin.read()))\n\
+                     print('\\n'.join(names))"
+                ),
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        use std::io::Write as _;
+        parser.stdin.take().unwrap().write_all(body.as_bytes())?;
+        let out = parser.wait_with_output()?;
+        assert!(
+            out.status.success(),
+            "{parser_module} refused /metrics: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let families = String::from_utf8(out.stdout)?;
+        for name in [
+            "reloader_reload_executed",
+            "reloader_workqueue_adds",
+            "reloader_action_latency_seconds",
+            "rekindle_admission_duration_seconds",
+            "rekindle_tls_cert_not_after_timestamp_seconds",
+            // An info metric is a gauge named `*_info` in the classic format.
+            if accept.is_some() {
+                "rekindle_build"
+            } else {
+                "rekindle_build_info"
+            },
+            "process_cpu_seconds",
+            "process_resident_memory_bytes",
+            "rest_client_requests",
+            "rest_client_request_duration_seconds",
+        ] {
+            assert!(
+                families.lines().any(|l| l == name),
+                "{name} in {parser_module}'s {families}"
+            );
+        }
+        if accept.is_none() {
+            assert!(body.contains("# TYPE reloader_reload_executed_total counter\n"));
+            assert!(!body.contains("# EOF"));
+        }
     }
     drop(rk);
     ns.cleanup().await

@@ -49,7 +49,7 @@ impl ResourceKey {
 /// What the index keeps of a resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceEntry {
-    pub hash: String,
+    pub hash: Box<str>,
     pub flags: ResourceFlags,
 }
 
@@ -60,8 +60,8 @@ pub struct ResourceEntry {
 pub struct WorkloadEntry {
     /// Referenced resources, sorted.
     pub refs: Box<[ResourceRef]>,
-    /// The marker currently on the workload for each referenced resource that has one, sorted.
-    markers: Box<[(ResourceRef, Box<str>)]>,
+    /// The marker currently on the workload for `refs[i]` at `markers[i]`; empty when it has none.
+    markers: Box<[Option<Box<str>>]>,
     pub has_patterns: bool,
     /// What planning reads of the object (`core::skeleton`, compact JSON); set from the watch and from
     /// the writer's own PATCH response, absent for admission's provisional records.
@@ -92,14 +92,18 @@ impl WorkloadEntry {
             return (entry, policy);
         };
         let refs: Vec<ResourceRef> = refs::references(spec).into_iter().collect();
-        let markers = refs
+        let mut markers: Vec<Option<Box<str>>> = refs
             .iter()
-            .filter_map(|r| {
+            .map(|r| {
                 let container = refs::choose_container(spec, r.kind, &r.name, true);
                 current_marker(cfg, obj, kind, r.kind, &r.name, container.as_ref())
-                    .map(|m| (r.clone(), m.into_boxed_str()))
+                    .map(String::into_boxed_str)
             })
             .collect();
+        if markers.iter().all(Option::is_none) {
+            markers.clear();
+        }
+        let markers = markers.into_boxed_slice();
         let entry = Self {
             refs: refs.into_boxed_slice(),
             markers,
@@ -116,15 +120,16 @@ impl WorkloadEntry {
 
     /// The marker the workload carries for `r`.
     pub fn marker(&self, r: &ResourceRef) -> Option<&str> {
-        self.markers
-            .binary_search_by(|(m, _)| m.cmp(r))
-            .ok()
-            .map(|i| &*self.markers[i].1)
+        let i = self.refs.binary_search(r).ok()?;
+        self.markers.get(i)?.as_deref()
     }
 
     /// The markers the workload carries, by resource.
     pub fn markers(&self) -> impl Iterator<Item = (&ResourceRef, &str)> {
-        self.markers.iter().map(|(r, m)| (r, &**m))
+        self.refs
+            .iter()
+            .zip(self.markers.iter())
+            .filter_map(|(r, m)| Some((r, m.as_deref()?)))
     }
 
     /// The policy annotations, read from the skeleton (none without one).
@@ -195,7 +200,7 @@ impl State {
         entry.markers().filter_map(move |(r, marker)| {
             self.resources
                 .get(&ResourceKey::new(r.kind, &key.namespace, &r.name))
-                .is_some_and(|res| res.hash != marker)
+                .is_some_and(|res| &*res.hash != marker)
                 .then_some(r)
         })
     }
@@ -694,7 +699,7 @@ mod tests {
         index.update_resource(&cm_key("ns1", "cfg"), entry("h1"));
         let upd = index.update_resource(&cm_key("ns1", "cfg"), entry("h2"));
         assert_eq!(upd.dependents, vec![a.clone()]);
-        assert_eq!(upd.previous.unwrap().hash, "h1");
+        assert_eq!(&*upd.previous.unwrap().hash, "h1");
         // Same hash again: nothing to do.
         assert!(index
             .update_resource(&cm_key("ns1", "cfg"), entry("h2"))
@@ -800,7 +805,8 @@ mod tests {
                 kind: ResourceKind::ConfigMap,
                 name: "cfg".into()
             }]
-                .hash,
+                .hash
+                .as_ref(),
             "h1"
         );
         assert_eq!(index.sizes().provisional, 0, "dry-run leaves no trace");

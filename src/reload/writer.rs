@@ -210,6 +210,9 @@ impl Writer {
                 _ = leadership.lost() => continue,
                 _ = shutdown.cancelled() => break,
             };
+            self.metrics
+                .workqueue_latency
+                .observe(pending.first.elapsed().as_secs_f64());
             let Ok(permit) = slots.clone().acquire_owned().await else {
                 break;
             };
@@ -262,6 +265,9 @@ impl Writer {
                     // The index may be behind the object (a container renamed): read it next time.
                     from_index = false;
                 }
+            }
+            if attempt < MAX_ATTEMPTS {
+                self.metrics.retries.inc();
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -331,7 +337,7 @@ impl Writer {
                 // Deleted, then re-created before we got here: an update to the new content.
                 (Event::Delete, Some(e)) => (e.hash, e.flags, Event::Update),
                 (event, Some(e)) => (e.hash, e.flags, event),
-                (Event::Delete, None) => (String::new(), ResourceFlags::default(), Event::Delete),
+                (Event::Delete, None) => (Box::default(), ResourceFlags::default(), Event::Delete),
                 // Deleted since the change was queued; a delete event follows if it matters.
                 (_, None) => continue,
             };

@@ -5,11 +5,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use prometheus_client::registry::Registry;
+
+use crate::metrics::exposition::{self, Format};
 
 #[derive(Default)]
 pub struct Health {
@@ -50,15 +52,14 @@ async fn ready(State(s): State<AdminState>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
-    let mut out = String::new();
-    match prometheus_client::encoding::text::encode(&mut out, &s.registry) {
-        Ok(()) => (
+/// OpenMetrics when the scraper's `Accept` asks for it, else the classic text format.
+async fn metrics(State(s): State<AdminState>, headers: HeaderMap) -> impl IntoResponse {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Format::negotiate(accept);
+    match exposition::encode(&s.registry, format) {
+        Ok(out) => (
             StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
+            [(header::CONTENT_TYPE, format.content_type())],
             out,
         ),
         Err(_) => (

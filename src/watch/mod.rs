@@ -132,6 +132,12 @@ impl Ctx {
             &key.name,
             flags,
         );
+        for w in dependents {
+            self.metrics.scanned(w.kind.name());
+        }
+        for w in &workloads {
+            self.metrics.matched(w.kind.name());
+        }
         notifier.send(Notifier::payload(
             key.kind,
             &key.namespace,
@@ -172,12 +178,15 @@ impl Ctx {
         observed: Instant,
     ) {
         for w in dependents {
+            self.metrics.scanned(w.kind.name());
             if !self.scope.namespace_in_scope(&w.namespace)
                 || self.plan.policy.ignored_workload_types.contains(&w.kind)
             {
                 self.metrics.skip("ignored_or_not_selected");
                 continue;
             }
+            self.metrics.matched(w.kind.name());
+            self.metrics.workqueue_adds.inc();
             let r = ResourceRef {
                 kind,
                 name: name.to_string(),
@@ -300,7 +309,7 @@ fn upsert(
     let update = ctx.index.update_resource(
         &key,
         ResourceEntry {
-            hash: hash.clone(),
+            hash: hash.as_str().into(),
             flags,
         },
     );
@@ -320,35 +329,49 @@ fn upsert(
         },
         label,
     );
-    if update.previous.is_some_and(|p| p.hash == hash) {
+    let event_type = if event == Event::Create {
+        "add"
+    } else {
+        "update"
+    };
+    if update.previous.is_some_and(|p| *p.hash == *hash) {
         // Labels, annotations or metadata only: nothing a pod sees has changed.
         ctx.metrics.skip("no_data_change");
+        ctx.metrics.processed(event_type, label, "no_data_change");
         return;
     }
     if event == Event::Create && !ctx.plan.reload_on_create {
+        ctx.metrics.processed(event_type, label, "event_disabled");
         return;
     }
     if ctx.notify(&update.dependents, &key, &hash, flags) {
+        ctx.metrics.processed(event_type, label, "notified");
+        ctx.metrics.reconciled(observed.elapsed().as_secs_f64());
         return;
     }
     ctx.index.record_change(&key, written_at);
     ctx.enqueue(&update.dependents, key.kind, &key.name, event, observed);
+    ctx.metrics.processed(event_type, label, "queued");
+    ctx.metrics.reconciled(observed.elapsed().as_secs_f64());
 }
 
 fn remove(ctx: &Ctx, key: &ResourceKey, label: &str) {
     let observed = Instant::now();
     let update = ctx.index.remove_resource(key);
     ctx.metrics.event("delete", label);
-    if ctx.plan.reload_on_delete {
-        let hash = crate::core::hash::delete_marker_hash();
-        if ctx.notify(
-            &update.dependents,
-            key,
-            &hash,
-            update.previous.map(|p| p.flags).unwrap_or_default(),
-        ) {
-            return;
-        }
+    if !ctx.plan.reload_on_delete {
+        ctx.metrics.processed("delete", label, "event_disabled");
+        return;
+    }
+    let hash = crate::core::hash::delete_marker_hash();
+    let result = if ctx.notify(
+        &update.dependents,
+        key,
+        &hash,
+        update.previous.map(|p| p.flags).unwrap_or_default(),
+    ) {
+        "notified"
+    } else {
         ctx.enqueue(
             &update.dependents,
             key.kind,
@@ -356,7 +379,10 @@ fn remove(ctx: &Ctx, key: &ResourceKey, label: &str) {
             Event::Delete,
             observed,
         );
-    }
+        "queued"
+    };
+    ctx.metrics.processed("delete", label, result);
+    ctx.metrics.reconciled(observed.elapsed().as_secs_f64());
 }
 
 /// Watches one workload kind, keeping only references, policy annotations and markers.

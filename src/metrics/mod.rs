@@ -1,7 +1,10 @@
 //! Prometheus metrics: Reloader's names and label values (dashboards and alerts keep working) plus
-//! `rekindle_*` for what only rekindle has.
+//! `rekindle_*` for what only rekindle has, the standard `process_*` series and client-go's
+//! `rest_client_*`. Every family and its label values are listed in the README.
 
-use std::sync::atomic::AtomicU64;
+pub mod exposition;
+pub mod process;
+pub mod rest;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -60,9 +63,32 @@ pub struct ErrorLabels {
     pub kind: String,
 }
 
+/// Reloader's `errors_total{type}` (the derive names the label `type`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabels {
+    pub r#type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkloadKindLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProcessedLabels {
+    pub event_type: String,
+    pub resource_type: String,
+    pub result: String,
+}
+
 pub struct Metrics {
     pub reload_executed: Family<SuccessLabels, Counter>,
-    pub reload_executed_by_namespace: Family<NamespaceLabels, Gauge<u64, AtomicU64>>,
+    pub reload_executed_by_namespace: Family<NamespaceLabels, Counter>,
     pub count_by_namespace: bool,
     pub action: Family<ActionLabels, Counter>,
     pub action_latency: Family<KindLabels, Histogram>,
@@ -83,17 +109,43 @@ pub struct Metrics {
     pub ready: Gauge,
     pub leader: Gauge,
     pub tls_cert_not_after: Gauge,
+    pub reconcile: Family<ResultLabels, Counter>,
+    pub reconcile_duration: Family<ResultLabels, Histogram>,
+    pub workqueue_depth: Gauge,
+    pub workqueue_adds: Counter,
+    pub workqueue_latency: Histogram,
+    pub errors_by_type: Family<TypeLabels, Counter>,
+    pub retries: Counter,
+    pub events_processed: Family<ProcessedLabels, Counter>,
+    pub workloads_scanned: Family<WorkloadKindLabels, Counter>,
+    pub workloads_matched: Family<WorkloadKindLabels, Counter>,
+    pub rest_requests: Family<rest::RequestLabels, Counter>,
+    pub rest_duration: Family<rest::DurationLabels, Histogram>,
 }
 
 impl Metrics {
     pub fn new(registry: &mut Registry, count_by_namespace: bool) -> Self {
         let latency_buckets = || Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        // Reloader's own buckets, so its dashboards' histogram_quantile reads the same.
+        let action_buckets =
+            || Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]);
+        let reconcile_buckets = || {
+            Histogram::new([
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ])
+        };
+        // client-go's rest_client_request_duration_seconds buckets.
+        let rest_buckets = || {
+            Histogram::new([
+                0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+            ])
+        };
         let m = Self {
             reload_executed: Family::default(),
             reload_executed_by_namespace: Family::default(),
             count_by_namespace,
             action: Family::default(),
-            action_latency: Family::new_with_constructor(latency_buckets),
+            action_latency: Family::new_with_constructor(action_buckets),
             skipped: Family::default(),
             events_received: Family::default(),
             admission_requests: Family::default(),
@@ -115,6 +167,20 @@ impl Metrics {
             ready: Gauge::default(),
             leader: Gauge::default(),
             tls_cert_not_after: Gauge::default(),
+            reconcile: Family::default(),
+            reconcile_duration: Family::new_with_constructor(reconcile_buckets),
+            workqueue_depth: Gauge::default(),
+            workqueue_adds: Counter::default(),
+            workqueue_latency: Histogram::new([
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+            errors_by_type: Family::default(),
+            retries: Counter::default(),
+            events_processed: Family::default(),
+            workloads_scanned: Family::default(),
+            workloads_matched: Family::default(),
+            rest_requests: Family::default(),
+            rest_duration: Family::new_with_constructor(rest_buckets),
         };
         // Reloader starts both series at 0.
         for s in ["true", "false"] {
@@ -129,9 +195,9 @@ impl Metrics {
             m.reload_executed.clone(),
         );
         if count_by_namespace {
-            // Reloader's exact name already ends in `_total` mid-name; a gauge keeps it verbatim.
+            // A counter; `exposition` keeps Reloader's exact name (no second `_total`).
             registry.register(
-                "reloader_reload_executed_total_by_namespace",
+                exposition::BY_NAMESPACE,
                 "Reloads executed, by success and namespace",
                 m.reload_executed_by_namespace.clone(),
             );
@@ -228,6 +294,67 @@ impl Metrics {
             m.tls_cert_not_after.clone(),
         );
         registry.register(
+            "reloader_reconcile",
+            "Resource changes handled (dependents looked up in the index and queued), by result",
+            m.reconcile.clone(),
+        );
+        registry.register(
+            "reloader_reconcile_duration_seconds",
+            "Time to handle one resource change, by result",
+            m.reconcile_duration.clone(),
+        );
+        registry.register(
+            "reloader_workqueue_depth",
+            "Workloads waiting to be reloaded",
+            m.workqueue_depth.clone(),
+        );
+        registry.register(
+            "reloader_workqueue_adds",
+            "Changes pushed to the reload queue (coalesced ones included)",
+            m.workqueue_adds.clone(),
+        );
+        registry.register(
+            "reloader_workqueue_latency_seconds",
+            "Time a workload waited in the queue (debounce and cooldown included)",
+            m.workqueue_latency.clone(),
+        );
+        registry.register(
+            "reloader_errors",
+            "Failures, by type (the same values as rekindle_errors_total's kind)",
+            m.errors_by_type.clone(),
+        );
+        registry.register(
+            "reloader_retries",
+            "Reload attempts retried after a failure",
+            m.retries.clone(),
+        );
+        registry.register(
+            "reloader_events_processed",
+            "Resource watch events after handling, by type, resource and result",
+            m.events_processed.clone(),
+        );
+        registry.register(
+            "reloader_workloads_scanned",
+            "Index candidates examined for a change, by workload kind (Reloader: every workload listed)",
+            m.workloads_scanned.clone(),
+        );
+        registry.register(
+            "reloader_workloads_matched",
+            "Candidates queued for reload (or notified), by workload kind",
+            m.workloads_matched.clone(),
+        );
+        registry.register(
+            "rest_client_requests",
+            "Requests to the apiserver, by status code, host and method",
+            m.rest_requests.clone(),
+        );
+        registry.register(
+            "rest_client_request_duration_seconds",
+            "Request latency to response headers, by host and verb",
+            m.rest_duration.clone(),
+        );
+        registry.register_collector(Box::new(process::ProcessCollector));
+        registry.register(
             "rekindle_build",
             "Build information",
             Info::new(vec![
@@ -288,6 +415,55 @@ impl Metrics {
         self.errors
             .get_or_create(&ErrorLabels { kind: kind.into() })
             .inc();
+        self.errors_by_type
+            .get_or_create(&TypeLabels {
+                r#type: kind.into(),
+            })
+            .inc();
+    }
+
+    /// A resource watch event after handling (`result`: `no_data_change`, `event_disabled`,
+    /// `notified` or `queued`).
+    pub fn processed(&self, event_type: &str, resource_type: &str, result: &str) {
+        self.events_processed
+            .get_or_create(&ProcessedLabels {
+                event_type: event_type.into(),
+                resource_type: resource_type.into(),
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// One change handled: its dependents looked up and queued (or notified) in `seconds`.
+    pub fn reconciled(&self, seconds: f64) {
+        let labels = ResultLabels {
+            result: "success".into(),
+        };
+        self.reconcile.get_or_create(&labels).inc();
+        self.reconcile_duration
+            .get_or_create(&labels)
+            .observe(seconds);
+    }
+
+    pub fn scanned(&self, kind: &str) {
+        self.workloads_scanned
+            .get_or_create(&WorkloadKindLabels { kind: kind.into() })
+            .inc();
+    }
+
+    pub fn matched(&self, kind: &str) {
+        self.workloads_matched
+            .get_or_create(&WorkloadKindLabels { kind: kind.into() })
+            .inc();
+    }
+
+    /// The client layer recording `rest_client_*` against `host`.
+    pub fn rest_layer(&self, host: String) -> rest::RestLayer {
+        rest::RestLayer {
+            requests: self.rest_requests.clone(),
+            duration: self.rest_duration.clone(),
+            host,
+        }
     }
 }
 
@@ -302,9 +478,20 @@ mod tests {
         m.reload_done("ns", "Deployment", true, 0.01);
         m.skip("no_data_change");
         m.event("update", "configmaps");
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        m.error("reload");
+        m.processed("update", "configmaps", "queued");
+        m.scanned("Deployment");
+        m.reconciled(0.0001);
+        let out = exposition::encode(&registry, exposition::Format::Classic).unwrap();
         for line in [
+            "reloader_errors_total{type=\"reload\"} 1",
+            "reloader_events_processed_total{event_type=\"update\",resource_type=\"configmaps\",result=\"queued\"} 1",
+            "reloader_workloads_scanned_total{kind=\"Deployment\"} 1",
+            "reloader_reconcile_total{result=\"success\"} 1",
+            "reloader_reconcile_duration_seconds_bucket{result=\"success\",le=\"0.001\"} 1",
+            "# TYPE reloader_reload_executed_total_by_namespace counter",
+            "reloader_action_latency_seconds_bucket{workload_kind=\"Deployment\",le=\"0.01\"} 1",
+            "reloader_action_latency_seconds_bucket{workload_kind=\"Deployment\",le=\"60\"} 1",
             "reloader_reload_executed_total{success=\"true\"} 1",
             "reloader_reload_executed_total{success=\"false\"} 0",
             "reloader_reload_executed_total_by_namespace{success=\"true\",namespace=\"ns\"} 1",
