@@ -40,6 +40,18 @@ pub enum Command {
     /// Probe the admin server (for container probes and `helm test`; the image has no curl): GET each URL
     /// and exit 0 only when every one answers 2xx.
     Healthcheck(HealthcheckArgs),
+    /// Convert a values file written for Reloader's Helm chart (v2.2.x) into one for rekindle's chart:
+    /// YAML on stdout, a warning on stderr for each key that has no equivalent.
+    MigrateValues(MigrateValuesArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateValuesArgs {
+    /// Reloader's values file.
+    pub file: PathBuf,
+    /// The release namespace (needed for `reloader.watchGlobally: false`).
+    #[arg(long)]
+    pub namespace: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@ pub mod duration;
 pub mod index;
 pub mod lease;
 pub mod metrics;
+pub mod migrate;
 pub mod notify;
 pub mod reload;
 pub mod scope;

@@ -35,6 +35,9 @@ fn main() -> ExitCode {
                 args.output,
             )
         }
+        Some(Command::MigrateValues(args)) => {
+            rekindle::migrate::run(&args.file, args.namespace.as_deref())
+        }
         Some(Command::Healthcheck(args)) => rekindle::tools::run_healthcheck(
             &args.urls,
             std::time::Duration::from_secs(args.timeout_seconds),

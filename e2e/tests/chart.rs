@@ -495,3 +495,144 @@ fn webhook_config_dir_matches_the_chart() -> Result<()> {
     }
     Ok(())
 }
+
+/// A team coming from Reloader: its values file, converted by `rekindle migrate-values`, installs and
+/// renders what it asked for; every key with no equivalent is named on stderr.
+#[test]
+fn a_reloader_values_file_migrates_and_renders_what_it_set() -> Result<()> {
+    let fixture = e2e::root().join("e2e/fixtures/migrate/reloader-values.yaml");
+    let out = std::process::Command::new(e2e::rekindle_binary()?)
+        .args(["migrate-values", "--namespace", NS])
+        .arg(&fixture)
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for dropped in [
+        "kubernetes.host",
+        "image",
+        "reloader.enablePProf",
+        "reloader.serviceMonitor.scheme",
+        "reloader.deployment.env.secret",
+    ] {
+        assert!(
+            stderr.contains(&format!("warning: {dropped}")),
+            "{dropped} in {stderr}"
+        );
+    }
+    assert_eq!(
+        stderr.lines().count(),
+        7,
+        "only what has no equivalent: {stderr}"
+    );
+    let values = tempfile::NamedTempFile::new()?;
+    std::fs::write(values.path(), &out.stdout)?;
+    let path = values.path().to_str().unwrap().to_string();
+    let docs = render(
+        "rekindle",
+        NS,
+        &["-f", &path, "--set", "certs.mode=certsGen"],
+    )?;
+
+    let d = &of_kind(&docs, "Deployment")[0];
+    assert_eq!(d["spec"]["replicas"], 3);
+    assert_eq!(d["spec"]["revisionHistoryLimit"], 4);
+    assert_eq!(d["metadata"]["labels"]["provider"], "stakater");
+    assert_eq!(d["metadata"]["annotations"]["owner"], "platform");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["nodeSelector"]["pool"], "infra");
+    assert_eq!(
+        pod["tolerations"][0]["key"],
+        "node-role.kubernetes.io/infra"
+    );
+    assert!(pod["affinity"]["podAntiAffinity"].is_object());
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["securityContext"]["runAsUser"], 65534);
+    assert_eq!(pod["imagePullSecrets"][0]["name"], "pull-secret");
+    assert!(pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| v["name"] == "extra"));
+    assert_eq!(
+        d["spec"]["template"]["metadata"]["annotations"]["sidecar.istio.io/inject"],
+        "false"
+    );
+    // nameOverride carried over: the objects are named after it.
+    assert_eq!(name_of(d), "rekindle-reloader");
+    let c = container(&docs, name_of(d));
+    assert!(c["image"]
+        .as_str()
+        .unwrap()
+        .starts_with("registry.example.com/"));
+    assert_eq!(c["resources"]["limits"]["memory"], "512Mi");
+    // Reloader's probe tuning merges into rekindle's probes.
+    assert_eq!(c["livenessProbe"]["timeoutSeconds"], 5);
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/live");
+    assert_eq!(c["readinessProbe"]["timeoutSeconds"], 15);
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/ready");
+    assert!(c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["mountPath"] == "/extra"));
+    let env = c["env"].to_string();
+    for name in [
+        "ALERT_ON_RELOAD",
+        "ALERT_WEBHOOK_URL",
+        "MY_NODE",
+        "ALERT_SINK",
+        "METRICS_COUNT_BY_NAMESPACE",
+    ] {
+        assert!(env.contains(name), "{name} in {env}");
+    }
+    let args = args_of(c);
+    for want in [
+        "--auto-reload-all=true",
+        "--is-Argo-Rollouts=true",
+        "--resources-to-ignore=configMaps",
+        "--ignored-workload-types=jobs,cronjobs",
+        "--reload-on-create=true",
+        "--reload-on-delete=true",
+        "--sync-after-restart=true",
+        "--reload-strategy=annotations",
+        "--namespaces-to-ignore=kube-system,tools-ignored",
+        "--namespace-selector=team=a",
+        "--resource-label-selector=reload=yes",
+        "--log-format=json",
+        "--log-level=debug",
+        "--enable-ha=true",
+        "--configmap-annotation=my.company.com/configmap",
+        "--secret-annotation=my.company.com/secret",
+        "--auto-annotation=my.company.com/auto",
+        "--auto-search-annotation=my.company.com/search",
+        "--search-match-annotation=my.company.com/match",
+    ] {
+        assert!(args.contains(&want.to_string()), "{want} in {args:?}");
+    }
+    let svc = &of_kind(&docs, "Service")[0];
+    assert_eq!(svc["metadata"]["labels"]["team"], "platform");
+    assert_eq!(svc["metadata"]["annotations"]["svc"], "annotated");
+    let sa = &of_kind(&docs, "ServiceAccount")[0];
+    assert_eq!(name_of(sa), "reloader-sa");
+    let sm = &of_kind(&docs, "ServiceMonitor")[0];
+    assert_eq!(sm["metadata"]["namespace"], "monitoring");
+    assert_eq!(sm["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(sm["spec"]["targetLabels"][0], "team");
+    let ep = &sm["spec"]["endpoints"][0];
+    assert_eq!(ep["interval"], "15s");
+    assert_eq!(ep["scrapeTimeout"], "5s");
+    assert_eq!(ep["honorLabels"], true);
+    assert_eq!(ep["metricRelabelings"][0]["action"], "keep");
+    assert_eq!(ep["relabelings"][0]["targetLabel"], "nodename");
+    let pm = &of_kind(&docs, "PodMonitor")[0];
+    assert_eq!(pm["spec"]["podTargetLabels"][0], "app");
+    assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["scrapeTimeout"], "6s");
+    let pdb = &of_kind(&docs, "PodDisruptionBudget")[0];
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert!(pdb["spec"].get("minAvailable").is_none());
+    // autoReloadAll: every workload goes to the webhook, not only annotated ones.
+    assert!(!webhook(&docs)["matchConditions"]
+        .to_string()
+        .contains("has-reload-annotation"));
+    Ok(())
+}

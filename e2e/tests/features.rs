@@ -185,18 +185,22 @@ async fn deleting_a_resource_the_workload_only_names_reloads_it_in_both_strategi
         .await?;
         expect_replica_sets(&client, &ns.name, "web", 1).await?;
         let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
-        let mut rollouts = 1;
+        let generation = |d: &Value| d.pointer("/metadata/generation").and_then(Value::as_i64);
         if strategy == "env-vars" {
             change_cm(&client, &ns.name, "named", "changed").await?;
-            rollouts += 1;
-            expect_replica_sets(&client, &ns.name, "web", rollouts).await?;
+            expect_replica_sets(&client, &ns.name, "web", 2).await?;
         }
+        let before = generation(&get_json(&deployments, "web").await?).unwrap_or(0);
         Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
             .delete("named", &DeleteParams::default())
             .await?;
-        rollouts += 1;
-        expect_replica_sets(&client, &ns.name, "web", rollouts).await?;
-        let d = get_json(&deployments, "web").await?;
+        // One more template change (a rollout): with env vars the template goes back to the first
+        // revision, whose ReplicaSet scales up again; with annotations it is a new one.
+        let d = wait_for("the deletion to roll web", TIMEOUT, || async {
+            let d = get_json(&deployments, "web").await?;
+            Ok((generation(&d) == Some(before + 1)).then_some(d))
+        })
+        .await?;
         let template = d.pointer("/spec/template").cloned().unwrap_or_default();
         match strategy {
             "env-vars" => assert_eq!(
@@ -217,8 +221,16 @@ async fn deleting_a_resource_the_workload_only_names_reloads_it_in_both_strategi
                     rekindle::core::hash::delete_marker_hash().as_str(),
                     "{strategy}: the delete marker's hash"
                 );
+                expect_replica_sets(&client, &ns.name, "web", 2).await?;
             }
         }
+        // Exactly one rollout for the deletion.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            generation(&get_json(&deployments, "web").await?),
+            Some(before + 1),
+            "{strategy}: one template change"
+        );
         rk.stop().await?;
         ns.cleanup().await?;
     }

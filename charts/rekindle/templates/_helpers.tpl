@@ -35,10 +35,21 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{- define "rekindle.image" -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- $repo := .Values.image.repository -}}
+{{- /* global.imageRegistry replaces the repository's registry (or is put in front of it). */ -}}
+{{- with (.Values.global).imageRegistry -}}
+{{- $parts := splitList "/" $repo -}}
+{{- $first := first $parts -}}
+{{- if or (contains "." $first) (contains ":" $first) (eq $first "localhost") -}}
+{{- $repo = join "/" (prepend (rest $parts) .) -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $repo = printf "%s/%s" . $repo -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 {{- end -}}
 
