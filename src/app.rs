@@ -142,11 +142,12 @@ async fn run(config: Config) -> Result<()> {
             .or_else(|| hostname::get().ok().and_then(|h| h.into_string().ok()))
             .unwrap_or_else(|| "rekindle".into());
         let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
-        tracing::info!(%identity, %namespace, lease = lease::LEASE_NAME, "leader election on");
+        tracing::info!(%identity, %namespace, lease = %config.lease_name, "leader election on");
         let (leadership, election) = lease::start(
             client.clone(),
             lease::LeaseConfig {
                 namespace,
+                name: config.lease_name.clone(),
                 identity,
                 lease_duration: config.lease_duration,
                 renew_deadline: config.renew_deadline,

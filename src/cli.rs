@@ -214,6 +214,10 @@ pub struct ServerArgs {
     /// Leader election retry period.
     #[arg(long, default_value = "2s")]
     pub leader_election_retry_period: String,
+    /// Name of the leader election Lease in the pod's namespace (the chart derives it from the release,
+    /// so two releases in one namespace never share one).
+    #[arg(long, default_value = crate::lease::DEFAULT_LEASE_NAME)]
+    pub leader_election_lease_name: String,
     /// Changes to one workload within this window become one reload (0 = off).
     #[arg(long, default_value = "250ms")]
     pub reload_debounce: String,
@@ -299,6 +303,7 @@ pub struct Config {
     pub lease_duration: Duration,
     pub renew_deadline: Duration,
     pub retry_period: Duration,
+    pub lease_name: String,
     pub reload_debounce: Duration,
     pub reload_debounce_max: Duration,
     pub min_reload_interval: Duration,
@@ -353,6 +358,26 @@ pub fn split_list(values: &[String]) -> Result<Vec<String>, String> {
         }
     }
     Ok(out)
+}
+
+/// A Lease name must be a DNS subdomain (RFC 1123): lower case alphanumerics, '-' and '.', ≤ 253.
+fn lease_name(value: &str) -> Result<String, FlagError> {
+    let ok = !value.is_empty()
+        && value.len() <= 253
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && value.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(value.to_string())
+    } else {
+        Err(flag_err(
+            "leader-election-lease-name",
+            value,
+            "not a valid object name (lower case letters, digits, '-' and '.')",
+        ))
+    }
 }
 
 fn duration(flag: &'static str, value: &str) -> Result<Duration, FlagError> {
@@ -633,6 +658,7 @@ impl Config {
                 "leader-election-retry-period",
                 &args.leader_election_retry_period,
             )?,
+            lease_name: lease_name(&args.leader_election_lease_name)?,
             reload_debounce,
             reload_debounce_max,
             min_reload_interval: duration("min-reload-interval", &args.min_reload_interval)?,
@@ -752,6 +778,10 @@ mod tests {
             "resource-label-selector"
         );
         assert_eq!(err_flag(&["--reload-debounce=5"]), "reload-debounce");
+        assert_eq!(
+            err_flag(&["--leader-election-lease-name=Bad_Name"]),
+            "leader-election-lease-name"
+        );
         assert_eq!(
             err_flag(&["--leader-election-lease-duration=forever"]),
             "leader-election-lease-duration"

@@ -6,18 +6,20 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::PostParams;
+use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub const LEASE_NAME: &str = "rekindle-leader";
+/// `--leader-election-lease-name`'s default.
+pub const DEFAULT_LEASE_NAME: &str = "rekindle-leader";
 
 #[derive(Debug, Clone)]
 pub struct LeaseConfig {
     pub namespace: String,
+    pub name: String,
     pub identity: String,
     pub lease_duration: Duration,
     pub renew_deadline: Duration,
@@ -59,7 +61,7 @@ fn now() -> MicroTime {
 pub struct Election(tokio::task::JoinHandle<Option<(Api<Lease>, LeaseConfig)>>);
 
 impl Election {
-    /// Waits for the election to stop (after `shutdown`) and releases the Lease if this replica held it,
+    /// Waits for the election to stop (after `shutdown`) and deletes the Lease if this replica held it,
     /// so the next leader takes over at once instead of after `--leader-election-lease-duration`.
     pub async fn step_down(self) {
         if let Ok(Some((api, cfg))) = self.0.await {
@@ -122,9 +124,9 @@ async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<boo
     let secs = i32::try_from(cfg.lease_duration.as_secs())
         .unwrap_or(15)
         .max(1);
-    let Some(mut lease) = api.get_opt(LEASE_NAME).await? else {
+    let Some(mut lease) = api.get_opt(&cfg.name).await? else {
         let lease: Lease = serde_json::from_value(json!({
-            "metadata": {"name": LEASE_NAME},
+            "metadata": {"name": cfg.name},
             "spec": {"holderIdentity": cfg.identity, "leaseDurationSeconds": secs, "acquireTime": now(), "renewTime": now(), "leaseTransitions": 0}
         }))
         .map_err(kube::Error::SerdeError)?;
@@ -152,28 +154,35 @@ async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<boo
     spec.lease_duration_seconds = Some(secs);
     spec.renew_time = Some(now());
     // The resourceVersion makes this a compare-and-swap: two replicas cannot both win.
-    match api
-        .replace(LEASE_NAME, &PostParams::default(), &lease)
-        .await
-    {
+    match api.replace(&cfg.name, &PostParams::default(), &lease).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(e) => Err(e),
     }
 }
 
+/// Deletes the Lease if this replica still holds it (conditional on the version read, so a Lease
+/// another replica took over meanwhile stays). Deleting rather than clearing the holder means the last
+/// leader out of an uninstalled release leaves nothing behind; the next leader creates a new one.
 async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
-    if let Ok(Some(mut lease)) = api.get_opt(LEASE_NAME).await {
-        if let Some(spec) = lease
-            .spec
-            .as_mut()
-            .filter(|s| s.holder_identity.as_deref() == Some(&cfg.identity))
-        {
-            spec.holder_identity = None;
-            spec.renew_time = None;
-            let _ = api
-                .replace(LEASE_NAME, &PostParams::default(), &lease)
-                .await;
-        }
+    let Ok(Some(lease)) = api.get_opt(&cfg.name).await else {
+        return;
+    };
+    let ours = lease
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.holder_identity.as_deref() == Some(&cfg.identity));
+    if !ours {
+        return;
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            resource_version: lease.metadata.resource_version.clone(),
+            uid: lease.metadata.uid.clone(),
+        }),
+        ..Default::default()
+    };
+    if let Err(e) = api.delete(&cfg.name, &params).await {
+        tracing::debug!(error = %e, "could not delete the Lease on stepping down");
     }
 }

@@ -480,19 +480,56 @@ async fn ensure_ca_bundle(client: Client, secrets: &Api<Secret>, args: &ClusterA
     Ok(())
 }
 
-/// `certs-gen cleanup`: deletes the webhook configuration (Helm's pre-delete hook; an absent one is fine).
-pub async fn cleanup(client: Client, name: &str, dry_run: bool) -> Result<()> {
-    let api: Api<MutatingWebhookConfiguration> = Api::all(client);
+/// What `certs-gen cleanup` removes on uninstall (Helm's pre-delete hook): the webhook configuration
+/// first (Helm would delete it after the Service it points to), then, in `namespace`, the Secrets
+/// certs-gen made and the leader election Lease, which Helm does not own. Absent ones are fine.
+pub struct Cleanup<'a> {
+    pub webhook_config: &'a str,
+    pub namespace: Option<&'a str>,
+    pub secrets: &'a [String],
+    pub lease: Option<&'a str>,
+}
+
+async fn delete_if_present<K>(api: &Api<K>, what: &str, name: &str, dry_run: bool) -> Result<()>
+where
+    K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
     if dry_run {
-        println!("would delete MutatingWebhookConfiguration {name}");
+        println!("would delete {what} {name}");
         return Ok(());
     }
     match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => eprintln!("certs-gen: deleted MutatingWebhookConfiguration {name}"),
+        Ok(_) => eprintln!("certs-gen: deleted {what} {name}"),
         Err(kube::Error::Api(s)) if s.code == 404 => {
-            eprintln!("certs-gen: MutatingWebhookConfiguration {name} is already gone")
+            eprintln!("certs-gen: {what} {name} is already gone")
         }
-        Err(e) => return Err(e).with_context(|| format!("deleting {name}")),
+        Err(e) => return Err(e).with_context(|| format!("deleting {what} {name}")),
+    }
+    Ok(())
+}
+
+pub async fn cleanup(client: Client, what: &Cleanup<'_>, dry_run: bool) -> Result<()> {
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    delete_if_present(
+        &webhooks,
+        "MutatingWebhookConfiguration",
+        what.webhook_config,
+        dry_run,
+    )
+    .await?;
+    let Some(ns) = what.namespace else {
+        if !what.secrets.is_empty() || what.lease.is_some() {
+            bail!("--secret and --lease need --namespace");
+        }
+        return Ok(());
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    for name in what.secrets {
+        delete_if_present(&secrets, "Secret", name, dry_run).await?;
+    }
+    if let Some(name) = what.lease {
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client, ns);
+        delete_if_present(&leases, "Lease", name, dry_run).await?;
     }
     Ok(())
 }

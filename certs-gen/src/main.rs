@@ -98,10 +98,19 @@ enum Cmd {
         #[arg(long, env = "KUBECONFIG")]
         kubeconfig: Option<PathBuf>,
     },
-    /// Delete the MutatingWebhookConfiguration (absent is fine).
+    /// Delete the MutatingWebhookConfiguration, then the given Secrets and Lease (absent is fine).
     Cleanup {
         #[arg(long, default_value = "rekindle")]
         webhook_config: String,
+        /// Namespace of the Secrets and the Lease.
+        #[arg(long)]
+        namespace: Option<String>,
+        /// A Secret certs-gen made (repeatable).
+        #[arg(long = "secret")]
+        secrets: Vec<String>,
+        /// The leader election Lease.
+        #[arg(long)]
+        lease: Option<String>,
         #[arg(long)]
         dry_run: bool,
         #[arg(long, env = "KUBECONFIG")]
@@ -458,11 +467,20 @@ fn run(command: Cmd) -> Result<()> {
         }),
         Cmd::Cleanup {
             webhook_config,
+            namespace,
+            secrets,
+            lease,
             dry_run,
             kubeconfig,
         } => block_on(async move {
             let client = kube_client(kubeconfig.as_deref()).await?;
-            cluster::cleanup(client, &webhook_config, dry_run).await
+            let what = cluster::Cleanup {
+                webhook_config: &webhook_config,
+                namespace: namespace.as_deref(),
+                secrets: &secrets,
+                lease: lease.as_deref(),
+            };
+            cluster::cleanup(client, &what, dry_run).await
         }),
     }
 }

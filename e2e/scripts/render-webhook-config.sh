@@ -8,7 +8,7 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 OUT="${1:?usage: $0 OUT_DIR}"
 mkdir -p "$OUT"
 helm() { "$ROOT/e2e/scripts/helm.sh" "$@"; }
-common=(template rekindle "$ROOT/charts/rekindle" --namespace rekindle
+common=(template rekindle "$ROOT/charts/rekindle" --namespace rekindle --kube-version 1.35.0
   --set certs.mode=certsGen --set fullnameOverride=rekindle --set tests.enabled=false)
 header='# Generated from charts/rekindle by `just webhook-config`; do not edit.'
 {

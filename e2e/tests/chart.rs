@@ -470,7 +470,46 @@ fn hooks_and_test_pod_use_the_projects_own_binaries() -> Result<()> {
     );
     let c = &cleanup["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(c["command"][0], "/certs-gen");
-    assert_eq!(args_of(c), ["cleanup", "--webhook-config=rekindle"]);
+    assert_eq!(
+        args_of(c),
+        [
+            "cleanup",
+            "--webhook-config=rekindle",
+            "--namespace=rekindle",
+            "--lease=rekindle-leader"
+        ]
+    );
+    // In certsGen mode the hook also removes the Secrets certs-gen made (Helm does not own them).
+    let docs = render_with(&["certs.mode=certsGen"])?;
+    let cleanup = of_kind(&docs, "Job")
+        .into_iter()
+        .find(|j| name_of(j) == "rekindle-cleanup")
+        .expect("pre-delete job");
+    let args = args_of(&cleanup["spec"]["template"]["spec"]["containers"][0]);
+    assert!(
+        args.contains(&"--secret=rekindle-tls".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--secret=rekindle-ca".to_string()),
+        "{args:?}"
+    );
+    // The Lease is per release and the server uses that name.
+    let server = args_of(container(&docs, "rekindle"));
+    assert!(server.contains(&"--leader-election-lease-name=rekindle-leader".to_string()));
+    let renew = of_kind(&docs, "CronJob");
+    assert_eq!(renew.len(), 1, "certsGen renews from a CronJob");
+    let renew_args =
+        args_of(&renew[0]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]);
+    assert!(renew_args.contains(&"--phase=all".to_string()));
+    assert!(of_kind(
+        &render_with(&[
+            "certs.mode=certsGen",
+            "certs.certsGen.renewal.enabled=false"
+        ])?,
+        "CronJob"
+    )
+    .is_empty());
     let test = of_kind(&docs, "Pod")
         .into_iter()
         .find(|p| is_hook(p))
@@ -612,8 +651,13 @@ fn a_reloader_values_file_migrates_and_renders_what_it_set() -> Result<()> {
     let svc = &of_kind(&docs, "Service")[0];
     assert_eq!(svc["metadata"]["labels"]["team"], "platform");
     assert_eq!(svc["metadata"]["annotations"]["svc"], "annotated");
-    let sa = &of_kind(&docs, "ServiceAccount")[0];
-    assert_eq!(name_of(sa), "reloader-sa");
+    assert!(of_kind(&docs, "ServiceAccount")
+        .iter()
+        .any(|sa| name_of(sa) == "reloader-sa"));
+    assert_eq!(
+        pod["serviceAccountName"], "reloader-sa",
+        "the server runs as the migrated ServiceAccount"
+    );
     let sm = &of_kind(&docs, "ServiceMonitor")[0];
     assert_eq!(sm["metadata"]["namespace"], "monitoring");
     assert_eq!(sm["metadata"]["labels"]["release"], "prometheus");

@@ -531,6 +531,11 @@ async fn with_ha_only_the_leader_writes_and_failover_loses_nothing() -> Result<(
     );
     assert_eq!(b.metric("rekindle_leader").await?, 1.0);
     b.stop().await?;
+    // The last leader out deletes its Lease: nothing is left behind for an uninstalled release.
+    assert!(
+        leases.get_opt("rekindle-leader").await?.is_none(),
+        "the Lease outlived its last leader"
+    );
     a.stop().await?;
     ns.cleanup().await
 }

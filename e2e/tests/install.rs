@@ -537,7 +537,9 @@ fn pod_ip(p: &Pod) -> Result<String> {
 /// nothing of the release is left but the certificate Secrets certs-gen made (kept so a reinstall
 /// reuses them) and the Lease the replicas elected their leader with (written at run time, as every
 /// client-go controller's is). The test names them, then removes the namespace.
-async fn uninstall_and_check_leftovers(client: &Client, certs_secrets: &[&str]) -> Result<()> {
+/// Uninstalls and checks that nothing of the release is left but `kept`, the Secrets the user made
+/// (certs-gen's Secrets and the leader Lease are removed by the pre-delete hook).
+async fn uninstall_and_check_leftovers(client: &Client, kept: &[&str]) -> Result<()> {
     helm(&["uninstall", "rekindle", "-n", RELEASE_NS, "--wait"])?;
     let pods = Api::<Pod>::namespaced(client.clone(), RELEASE_NS);
     wait_for(
@@ -580,11 +582,13 @@ async fn uninstall_and_check_leftovers(client: &Client, certs_secrets: &[&str]) 
         .filter(|l| !l.starts_with("pod/") || !l.contains("rekindle-test"))
         .collect();
     eprintln!("left in {RELEASE_NS} after uninstall: {left:?}");
-    let mut expected: Vec<String> = certs_secrets
-        .iter()
-        .map(|s| format!("secret/{s}"))
-        .collect();
-    expected.push("lease.coordination.k8s.io/rekindle-leader".into());
+    let expected: Vec<String> = kept.iter().map(|s| format!("secret/{s}")).collect();
+    for e in &expected {
+        ensure!(
+            left.contains(&e.as_str()),
+            "{e} was the user's and must stay after uninstall"
+        );
+    }
     let unexpected: Vec<&&str> = left
         .iter()
         .filter(|l| !expected.iter().any(|e| e == *l))
@@ -824,11 +828,11 @@ async fn certs_gen_install_upgrade_rollback_uninstall_body() -> Result<()> {
     );
 
     pdb_refuses_the_last_replica(&client).await?;
-    uninstall_and_check_leftovers(&client, &["rekindle-tls", "rekindle-ca"]).await
+    uninstall_and_check_leftovers(&client, &[]).await
 }
 
-/// certsGen with a certificate inside its renewal window: the upgrade's hook renews it, and the
-/// running pods serve the new one without a restart.
+/// certsGen with a certificate inside its renewal window: the renewal CronJob renews it without a
+/// `helm upgrade`, and the running pods serve the new one without a restart.
 async fn certs_gen_renewal_is_served_without_restart_body() -> Result<()> {
     let client = client().await?;
     helm_install(&["certs.mode=certsGen", "certs.certsGen.days=20"])?;
@@ -839,18 +843,35 @@ async fn certs_gen_renewal_is_served_without_restart_body() -> Result<()> {
         .iter()
         .map(|p| Ok((p.uid().unwrap_or_default(), pod_ip(p)?)))
         .collect::<Result<_>>()?;
-    helm(&[
-        "upgrade",
-        "rekindle",
-        "charts/rekindle",
+    // The renewal CronJob's run, now rather than at its schedule: no `helm upgrade` involved.
+    kubectl(&[
         "-n",
-        "rekindle",
-        "--reuse-values",
+        RELEASE_NS,
+        "create",
+        "job",
+        "renew-now",
+        "--from=cronjob/rekindle-certs-gen-renew",
+    ])?;
+    kubectl(&[
+        "-n",
+        RELEASE_NS,
+        "wait",
+        "--for=condition=complete",
+        "job/renew-now",
+        "--timeout=120s",
+    ])?;
+    kubectl(&[
+        "-n",
+        RELEASE_NS,
+        "delete",
+        "job",
+        "renew-now",
+        "--wait=true",
     ])?;
     let after = tls_secret(&client, "rekindle-tls").await?;
     ensure!(
         after["tls.crt"] != before["tls.crt"],
-        "a certificate 20 days from expiry was not renewed on upgrade"
+        "a certificate 20 days from expiry was not renewed by the CronJob"
     );
     let renewed = pem_to_der(&after["tls.crt"])?;
     // The kubelet updates the mounted Secret, rekindle reloads the pair from its files.
@@ -885,7 +906,7 @@ async fn certs_gen_renewal_is_served_without_restart_body() -> Result<()> {
         );
     }
     stamps_and_reloads(&client, "install-renewed").await?;
-    uninstall_and_check_leftovers(&client, &["rekindle-tls", "rekindle-ca"]).await
+    uninstall_and_check_leftovers(&client, &[]).await
 }
 
 /// `certs.mode=external` with a certificate made by certs-gen.

@@ -53,6 +53,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* The leader election Lease: one per release, so two releases in a namespace never share it. */}}
+{{- define "rekindle.leaseName" -}}
+{{- printf "%s-leader" (include "rekindle.fullname" .) -}}
+{{- end -}}
+
 {{/* The webhook configuration's name (cluster-scoped): the plain release-derived name. */}}
 {{- define "rekindle.webhookName" -}}
 {{- include "rekindle.fullname" . -}}
@@ -149,6 +154,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --leader-election-lease-duration={{ $r.leaderElection.leaseDuration }}
 - --leader-election-renew-deadline={{ $r.leaderElection.renewDeadline }}
 - --leader-election-retry-period={{ $r.leaderElection.retryPeriod }}
+- --leader-election-lease-name={{ include "rekindle.leaseName" . }}
+{{- end }}
+- --shutdown-delay={{ $r.shutdownDelay }}
+{{- if .Values.webhook.http2 }}
+- --webhook-http2=true
 {{- end }}
 {{- if $r.isArgoRollouts }}
 - --is-Argo-Rollouts=true
@@ -212,4 +222,147 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- range $r.extraArgs }}
 - {{ . }}
 {{- end }}
+{{- end -}}
+
+{{/* The certs-gen pod of the hook Jobs and of the renewal CronJob: `root`, `phase`, `serviceAccount`. */}}
+{{- define "rekindle.certsGenPod" -}}
+{{- $ := .root -}}
+metadata:
+  labels:
+    # Not the server's selector labels: these Pods must never join its Service or PDB.
+    app.kubernetes.io/name: {{ include "rekindle.name" $ }}-certs-gen
+    app.kubernetes.io/instance: {{ $.Release.Name }}
+spec:
+  restartPolicy: OnFailure
+  serviceAccountName: {{ .serviceAccount }}
+  {{- with $.Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- toYaml $.Values.podSecurityContext | nindent 4 }}
+  containers:
+    - name: certs-gen
+      image: {{ include "rekindle.image" $ }}
+      imagePullPolicy: {{ $.Values.image.pullPolicy }}
+      command: ["/certs-gen"]
+      args:
+        - cluster
+        - --phase={{ .phase }}
+        - --namespace={{ $.Release.Namespace }}
+        - --service={{ include "rekindle.fullname" $ }}
+        - --secret={{ include "rekindle.tlsSecret" $ }}
+        - --ca-secret={{ include "rekindle.caSecret" $ }}
+        - --cluster-domain={{ $.Values.certs.certsGen.clusterDomain }}
+        - --webhook-config={{ include "rekindle.webhookName" $ }}
+        - --webhook-name=workloads.rekindle.io
+        - --days={{ $.Values.certs.certsGen.days }}
+      resources:
+        requests:
+          cpu: 10m
+          memory: 16Mi
+        limits:
+          memory: 64Mi
+      securityContext:
+        {{- toYaml $.Values.containerSecurityContext | nindent 8 }}
+  {{- with $.Values.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $.Values.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
+
+{{/* certs-gen's RBAC: `root`, `name`, `annotations` (the hooks' or none). */}}
+{{- define "rekindle.certsGenRbac" -}}
+{{- $ := .root -}}
+{{- $v := . -}}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ $v.name }}
+  namespace: {{ $.Release.Namespace }}
+  labels:
+    {{- include "rekindle.labels" $ | nindent 4 }}
+  {{- with $v.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $v.name }}
+  namespace: {{ $.Release.Namespace }}
+  labels:
+    {{- include "rekindle.labels" $ | nindent 4 }}
+  {{- with $v.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+rules:
+  - apiGroups: [""]
+    resources: ["secrets"]
+    verbs: ["create"]
+  - apiGroups: [""]
+    resources: ["secrets"]
+    resourceNames: [{{ include "rekindle.tlsSecret" $ | quote }}, {{ include "rekindle.caSecret" $ | quote }}]
+    verbs: ["get", "update"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $v.name }}
+  namespace: {{ $.Release.Namespace }}
+  labels:
+    {{- include "rekindle.labels" $ | nindent 4 }}
+  {{- with $v.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $v.name }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ $v.name }}
+    namespace: {{ $.Release.Namespace }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ $v.name }}
+  labels:
+    {{- include "rekindle.labels" $ | nindent 4 }}
+  {{- with $v.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+rules:
+  - apiGroups: ["admissionregistration.k8s.io"]
+    resources: ["mutatingwebhookconfigurations"]
+    resourceNames: [{{ include "rekindle.webhookName" $ | quote }}]
+    verbs: ["get", "patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ $v.name }}
+  labels:
+    {{- include "rekindle.labels" $ | nindent 4 }}
+  {{- with $v.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $v.name }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ $v.name }}
+    namespace: {{ $.Release.Namespace }}
 {{- end -}}
