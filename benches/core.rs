@@ -136,6 +136,7 @@ fn admission(c: &mut Criterion) {
         self_username: None,
         notify_only: false,
         kinds: WorkloadKind::ALL.to_vec(),
+        lookup: None,
     };
     for (label, size) in [("2KiB", 2 * 1024), ("50KiB", 50 * 1024)] {
         let obj = deployment_json(size);

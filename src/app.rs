@@ -13,7 +13,7 @@ use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::{http as admission_http, Admission};
+use crate::admission::{self, http as admission_http, Admission};
 use crate::alert::{AlertConfig, Alerter};
 use crate::cli::{Config, LogFormat};
 use crate::core::hash::{configmap_hash_typed, secret_hash_typed};
@@ -181,6 +181,24 @@ async fn run(config: Config) -> Result<()> {
         self_username: self_username(&client).await,
         notify_only: config.webhook_url.is_some(),
         kinds: kinds.clone(),
+        lookup: config.admission_lookup.then(|| {
+            let watched = [
+                (ResourceKind::ConfigMap, !config.ignore_configmaps),
+                (ResourceKind::Secret, !config.ignore_secrets),
+            ];
+            Arc::new(admission::lookup::Lookup::new(
+                client.clone(),
+                health.clone(),
+                config.plan.policy.keys.clone(),
+                config.resource_label_selector.clone(),
+                watched
+                    .iter()
+                    .filter(|(_, w)| *w)
+                    .map(|(k, _)| *k)
+                    .collect(),
+                metrics.clone(),
+            ))
+        }),
     });
     let webhook_task = match (&config.tls_cert_file, &config.tls_key_file) {
         (Some(cert), Some(key)) => {

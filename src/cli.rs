@@ -224,6 +224,10 @@ pub struct ServerArgs {
     /// The longest a reload is delayed by debouncing.
     #[arg(long, default_value = "2s")]
     pub reload_debounce_max: String,
+    /// At admission, read a ConfigMap or Secret the index does not know yet (created just before the
+    /// workload), at most 300 ms, so the workload is stamped anyway.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
+    pub admission_lookup: bool,
     /// Per-workload cooldown between reloads; changes inside it merge into one reload (0 = off).
     #[arg(long, default_value = "0s")]
     pub min_reload_interval: String,
@@ -304,6 +308,7 @@ pub struct Config {
     pub renew_deadline: Duration,
     pub retry_period: Duration,
     pub lease_name: String,
+    pub admission_lookup: bool,
     pub reload_debounce: Duration,
     pub reload_debounce_max: Duration,
     pub min_reload_interval: Duration,
@@ -659,6 +664,7 @@ impl Config {
                 &args.leader_election_retry_period,
             )?,
             lease_name: lease_name(&args.leader_election_lease_name)?,
+            admission_lookup: args.admission_lookup,
             reload_debounce,
             reload_debounce_max,
             min_reload_interval: duration("min-reload-interval", &args.min_reload_interval)?,

@@ -794,3 +794,47 @@ async fn a_busy_workload_is_reloaded_while_another_client_writes_it() -> Result<
     rk.stop().await?;
     ns.cleanup().await
 }
+
+/// `kubectl apply -f` of one file holding a ConfigMap and the Deployment that uses it: created
+/// milliseconds apart, the Deployment is often admitted before the ConfigMap's watch event arrives.
+/// The webhook reads what the index misses, so every Deployment is stamped at creation.
+#[tokio::test]
+async fn a_workload_created_right_after_its_configmap_is_stamped_at_admission() -> Result<()> {
+    let (client, ns) = setup("e2e-justmade").await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let pp = PostParams::default();
+    let mut unstamped = Vec::new();
+    for i in 0..30 {
+        let name = format!("cfg-{i}");
+        let cm: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": name}, "data": {"v": format!("{i}")}}),
+        )?;
+        let cm = cms.create(&pp, &cm).await?;
+        let d: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": format!("web-{i}"), "annotations": {"reloader.stakater.com/auto": "true"}},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": format!("web-{i}")}},
+                "template": {"metadata": {"labels": {"app": format!("web-{i}")}},
+                    "spec": {"containers": [{"name": "app", "image": "busybox",
+                        "envFrom": [{"configMapRef": {"name": name}}]}]}}}}))?;
+        // The create's answer is the object as admitted.
+        let created = serde_json::to_value(deployments.create(&pp, &d).await?)?;
+        let env = format!("STAKATER_CFG_{i}_CONFIGMAP");
+        let marker = created
+            .pointer("/spec/template/spec/containers/0/env")
+            .and_then(Value::as_array)
+            .and_then(|env_list| env_list.iter().find(|e| e["name"] == env.as_str()))
+            .and_then(|e| e["value"].as_str())
+            .map(String::from);
+        if marker.as_deref() != Some(configmap_hash_typed(&cm).as_str()) {
+            unstamped.push(i);
+        }
+    }
+    assert!(
+        unstamped.is_empty(),
+        "created without their marker: {unstamped:?}"
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}

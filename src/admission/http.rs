@@ -1,5 +1,6 @@
 //! The webhook's HTTP surface: `POST /mutate` with AdmissionReview v1 JSON.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -9,7 +10,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 
-use super::Admission;
+use super::{Admission, Reviewed};
+use crate::index::{ResourceEntry, ResourceKey};
 
 /// The apiserver's own request limit is 3 MiB of object; 7 MiB leaves room for old + new objects.
 pub const BODY_LIMIT: usize = 7 * 1024 * 1024;
@@ -45,36 +47,63 @@ async fn mutate(
         )
             .into_response();
     }
-    // A typical object (tens of KiB) is reviewed in well under a millisecond: inline. Large ones take a
-    // while to parse and stamp; those go off the async workers.
-    let result = if body.len() <= INLINE_LIMIT {
-        Ok(admission.review(&body))
-    } else {
-        let work = tokio::task::spawn_blocking(move || admission.review(&body));
-        // The apiserver says how long it waits (`?timeout=2s`); answering later is wasted work.
-        match apiserver_timeout(query.as_deref()) {
-            Some(limit) => match tokio::time::timeout(limit, work).await {
-                Ok(r) => r,
-                Err(_) => {
-                    return (
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "the apiserver's timeout passed\n",
-                    )
-                        .into_response()
-                }
-            },
-            None => work.await,
-        }
-    };
+    let limit = apiserver_timeout(query.as_deref());
+    let mut result = run(&admission, &body, None, limit).await;
+    // The index missed a resource the workload uses (created just before it): read it, then answer.
+    if let Ok(Ok(Reviewed::Lookup(keys))) = &result {
+        let read = match &admission.lookup {
+            Some(lookup) => lookup.fetch(keys.clone()).await,
+            None => Default::default(),
+        };
+        result = run(&admission, &body, Some(read), limit).await;
+    }
     match result {
-        Ok(Ok(review)) => (StatusCode::OK, axum::Json(review)).into_response(),
+        Ok(Ok(Reviewed::Done(review))) => (StatusCode::OK, axum::Json(review)).into_response(),
+        Ok(Ok(Reviewed::Lookup(_))) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "admission handler asked twice for a lookup\n",
+        )
+            .into_response(),
         Ok(Err(reason)) => (StatusCode::BAD_REQUEST, format!("{reason}\n")).into_response(),
-        Err(_) => (
+        Err(response) => response,
+    }
+}
+
+/// One review pass. A typical object (tens of KiB) is reviewed in well under a millisecond: inline.
+/// Large ones take a while to parse and stamp; those go off the async workers, bounded by the
+/// apiserver's own timeout (answering later is wasted work).
+async fn run(
+    admission: &Arc<Admission>,
+    body: &Bytes,
+    looked_up: Option<HashMap<ResourceKey, ResourceEntry>>,
+    limit: Option<std::time::Duration>,
+) -> Result<Result<Reviewed, String>, Response> {
+    if body.len() <= INLINE_LIMIT {
+        return Ok(admission.review_pass(body, looked_up.as_ref()));
+    }
+    let (admission, body) = (admission.clone(), body.clone());
+    let work =
+        tokio::task::spawn_blocking(move || admission.review_pass(&body, looked_up.as_ref()));
+    let joined = match limit {
+        Some(limit) => match tokio::time::timeout(limit, work).await {
+            Ok(r) => r,
+            Err(_) => {
+                return Err((
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "the apiserver's timeout passed\n",
+                )
+                    .into_response())
+            }
+        },
+        None => work.await,
+    };
+    joined.map_err(|_| {
+        (
             StatusCode::INTERNAL_SERVER_ERROR,
             "admission handler failed\n",
         )
-            .into_response(),
-    }
+            .into_response()
+    })
 }
 
 /// The `timeout` query parameter the apiserver adds to webhook calls (a Go duration).

@@ -1,10 +1,12 @@
 //! The mutating admission webhook: records a workload's references in the index and stamps the current
-//! config hashes into it (SPEC §8). Pure given the index: no client, no network.
+//! config hashes into it (SPEC §8). Pure given the index: no client, no network. A resource the index
+//! does not know yet is read by [`lookup`] between two passes of a review (see `http`).
 //!
 //! It never denies. A malformed request is a 400 (the apiserver never sends one); anything else that
 //! goes wrong allows the object unchanged with a warning.
 
 pub mod http;
+pub mod lookup;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -21,7 +23,7 @@ use crate::core::plan::{self, marker_place, Change, Event, PlanConfig, Strategy}
 use crate::core::policy::WorkloadPolicy;
 use crate::core::refs::{self, ResourceRef};
 use crate::core::WorkloadKind;
-use crate::index::{Index, ResourceEntry, WorkloadEntry, WorkloadKey};
+use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{AdmissionLabels, Metrics};
 use crate::scope::ScopeFilter;
 
@@ -70,12 +72,27 @@ struct UserInfo {
     username: Option<String>,
 }
 
+/// What stamping produced.
+enum Stamp {
+    Ops(Vec<PatchOperation>),
+    Lookup(Vec<ResourceKey>),
+}
+
 /// What the webhook decided, for the response and the metrics.
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub ops: Vec<PatchOperation>,
     pub warnings: Vec<String>,
     pub result: &'static str,
+    /// Resources to read before the review can be answered (first pass only).
+    pub lookups: Vec<ResourceKey>,
+}
+
+/// One pass of a review: the answer, or the resources to read first.
+#[derive(Debug)]
+pub enum Reviewed {
+    Done(Value),
+    Lookup(Vec<ResourceKey>),
 }
 
 pub struct Admission {
@@ -88,6 +105,8 @@ pub struct Admission {
     /// `--webhook-url` mode: nothing is stamped or recorded.
     pub notify_only: bool,
     pub kinds: Vec<WorkloadKind>,
+    /// Reads resources the index misses (absent: never; tests and benchmarks).
+    pub lookup: Option<Arc<lookup::Lookup>>,
 }
 
 /// The kind of a request, when it is a workload kind rekindle handles.
@@ -102,15 +121,31 @@ fn workload_kind(gvk: &Gvk, enabled: &[WorkloadKind]) -> Option<WorkloadKind> {
 }
 
 impl Admission {
-    /// Handles one AdmissionReview body. `Err` is a reason for a 400.
+    /// Handles one AdmissionReview body without reading anything. `Err` is a reason for a 400.
     pub fn review(&self, body: &[u8]) -> Result<Value, String> {
+        match self.review_pass(body, Some(&HashMap::new()))? {
+            Reviewed::Done(v) => Ok(v),
+            Reviewed::Lookup(_) => Err("a final pass asked for a lookup".into()),
+        }
+    }
+
+    /// One pass. `looked_up` is `None` on the first pass, which may ask for resources to be read;
+    /// the second pass gets what was read and always answers.
+    pub fn review_pass(
+        &self,
+        body: &[u8],
+        looked_up: Option<&HashMap<ResourceKey, ResourceEntry>>,
+    ) -> Result<Reviewed, String> {
         let started = Instant::now();
         let review: Review =
             serde_json::from_slice(body).map_err(|e| format!("malformed AdmissionReview: {e}"))?;
         let mut req = review
             .request
             .ok_or("malformed AdmissionReview: no request")?;
-        let outcome = self.decide(&mut req);
+        let outcome = self.decide(&mut req, looked_up);
+        if !outcome.lookups.is_empty() {
+            return Ok(Reviewed::Lookup(outcome.lookups));
+        }
         self.metrics
             .admission_requests
             .get_or_create(&AdmissionLabels {
@@ -130,13 +165,17 @@ impl Admission {
         self.metrics
             .admission_duration
             .observe(started.elapsed().as_secs_f64());
-        Ok(
+        Ok(Reviewed::Done(
             json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
-        )
+        ))
     }
 
     /// Takes the object out of `req`: stamping works on it in place rather than on a copy.
-    fn decide(&self, req: &mut Request) -> Outcome {
+    fn decide(
+        &self,
+        req: &mut Request,
+        looked_up: Option<&HashMap<ResourceKey, ResourceEntry>>,
+    ) -> Outcome {
         let pass = |result| Outcome {
             result,
             ..Default::default()
@@ -176,15 +215,19 @@ impl Admission {
         {
             return pass("out-of-scope");
         }
-        match self.stamp(req, kind, &namespace, obj) {
-            Ok(ops) => Outcome {
+        match self.stamp(req, kind, &namespace, obj, looked_up) {
+            Ok(Stamp::Lookup(lookups)) => Outcome {
+                lookups,
+                ..Default::default()
+            },
+            Ok(Stamp::Ops(ops)) => Outcome {
                 result: if ops.is_empty() {
                     "unchanged"
                 } else {
                     "patched"
                 },
                 ops,
-                warnings: Vec::new(),
+                ..Default::default()
             },
             Err(e) => {
                 self.metrics.error("admission");
@@ -193,20 +236,22 @@ impl Admission {
                     warnings: vec![format!(
                         "rekindle: could not stamp config hashes ({e}); allowed unchanged"
                     )],
-                    ops: Vec::new(),
+                    ..Default::default()
                 }
             }
         }
     }
 
-    /// The ops that stamp `obj`, which ends as the object they produce.
+    /// The ops that stamp `obj`, which ends as the object they produce; or, on a first pass, the
+    /// resources to read first.
     fn stamp(
         &self,
         req: &Request,
         kind: WorkloadKind,
         namespace: &str,
         mut obj: Value,
-    ) -> Result<Vec<PatchOperation>, String> {
+        looked_up: Option<&HashMap<ResourceKey, ResourceEntry>>,
+    ) -> Result<Stamp, String> {
         let name = req
             .name
             .clone()
@@ -225,7 +270,23 @@ impl Admission {
             namespace: namespace.to_string(),
             name,
         };
-        let hashes = self.index.admit(&key, &entry, record);
+        let mut hashes = self.index.admit(&key, &entry, record);
+        match looked_up {
+            Some(read) => {
+                for r in entry.refs.iter() {
+                    let rk = ResourceKey::new(r.kind, namespace, &r.name);
+                    if let Some(e) = read.get(&rk).filter(|_| !hashes.contains_key(r)) {
+                        hashes.insert(r.clone(), e.clone());
+                    }
+                }
+            }
+            None => {
+                let lookups = self.lookups_for(kind, namespace, &obj, &entry, &policy, &hashes);
+                if !lookups.is_empty() {
+                    return Ok(Stamp::Lookup(lookups));
+                }
+            }
+        }
 
         let updating = req.operation == "UPDATE";
         let old = req
@@ -259,7 +320,43 @@ impl Admission {
         if !ops.is_empty() && annotation_bytes(&obj, kind) > ANNOTATIONS_LIMIT {
             return Err("stamping would push the annotations past 256 KiB".into());
         }
-        Ok(ops)
+        Ok(Stamp::Ops(ops))
+    }
+
+    /// Referenced resources the index does not know, that the workload would get a marker for and
+    /// does not carry one of, and that [`lookup::Lookup::wanted`] says are worth a read.
+    fn lookups_for(
+        &self,
+        kind: WorkloadKind,
+        namespace: &str,
+        obj: &Value,
+        entry: &WorkloadEntry,
+        policy: &WorkloadPolicy,
+        hashes: &HashMap<ResourceRef, ResourceEntry>,
+    ) -> Vec<ResourceKey> {
+        let Some(lookup) = &self.lookup else {
+            return Vec::new();
+        };
+        entry
+            .refs
+            .iter()
+            .filter(|r| !hashes.contains_key(*r) && entry.marker(r).is_none())
+            .filter(|r| {
+                let change = Change {
+                    kind: r.kind,
+                    name: &r.name,
+                    namespace,
+                    hash: "",
+                    flags: Default::default(),
+                    event: Event::Update,
+                };
+                plan::plan_with_policy(&self.plan, obj, kind, policy, &change, 0)
+                    .decision
+                    .reload
+            })
+            .map(|r| ResourceKey::new(r.kind, namespace, &r.name))
+            .filter(|k| lookup.wanted(k))
+            .collect()
     }
 
     /// Markers for every referenced resource the policy says should trigger the workload, and that the

@@ -38,6 +38,7 @@ fn admission(strategy: Strategy) -> Admission {
         self_username: Some("system:serviceaccount:rekindle:rekindle".into()),
         notify_only: false,
         kinds: WorkloadKind::ALL.to_vec(),
+        lookup: None,
     }
 }
 

@@ -102,6 +102,7 @@ pub struct Metrics {
     pub queue_depth: Gauge,
     pub reloads_coalesced: Counter,
     pub workload_reads: Family<ReasonLabels, Counter>,
+    pub admission_lookups: Family<ResultLabels, Counter>,
     pub reload_latency: Histogram,
     pub watch_restarts: Family<WatchLabels, Counter>,
     pub errors: Family<ErrorLabels, Counter>,
@@ -160,6 +161,7 @@ impl Metrics {
             queue_depth: Gauge::default(),
             reloads_coalesced: Counter::default(),
             workload_reads: Family::default(),
+            admission_lookups: Family::default(),
             reload_latency: latency_buckets(),
             watch_restarts: Family::default(),
             errors: Family::default(),
@@ -271,6 +273,11 @@ impl Metrics {
             "rekindle_workload_reads",
             "Workloads read before a reload instead of planned from the index, by reason",
             m.workload_reads.clone(),
+        );
+        registry.register(
+            "rekindle_admission_lookups",
+            "Resources the index missed at admission and that were read, by result",
+            m.admission_lookups.clone(),
         );
         registry.register("rekindle_errors", "Failures, by kind", m.errors.clone());
         registry.register(
