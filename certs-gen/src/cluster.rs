@@ -486,9 +486,15 @@ async fn ensure_ca_bundle(client: Client, secrets: &Api<Secret>, args: &ClusterA
 pub struct Cleanup<'a> {
     pub webhook_config: &'a str,
     pub namespace: Option<&'a str>,
+    /// The server's Deployment: deleted, and its pods waited for, before the Lease goes (a running
+    /// leader would create it again, and once Helm has removed its RBAC it cannot delete it itself).
+    pub deployment: Option<&'a str>,
     pub secrets: &'a [String],
     pub lease: Option<&'a str>,
 }
+
+/// How long the hook waits for the server's pods to stop.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 async fn delete_if_present<K>(api: &Api<K>, what: &str, name: &str, dry_run: bool) -> Result<()>
 where
@@ -518,11 +524,33 @@ pub async fn cleanup(client: Client, what: &Cleanup<'_>, dry_run: bool) -> Resul
     )
     .await?;
     let Some(ns) = what.namespace else {
-        if !what.secrets.is_empty() || what.lease.is_some() {
-            bail!("--secret and --lease need --namespace");
+        if !what.secrets.is_empty() || what.lease.is_some() || what.deployment.is_some() {
+            bail!("--secret, --lease and --deployment need --namespace");
         }
         return Ok(());
     };
+    if let Some(name) = what.deployment {
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(client.clone(), ns);
+        if dry_run {
+            println!("would delete Deployment {name} and wait for its pods");
+        } else {
+            // Foreground: the Deployment stays until its ReplicaSets and pods are gone.
+            match deployments.delete(name, &DeleteParams::foreground()).await {
+                Ok(_) => eprintln!("certs-gen: deleting Deployment {name}"),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e).with_context(|| format!("deleting Deployment {name}")),
+            }
+            let deadline = tokio::time::Instant::now() + STOP_WAIT;
+            while deployments.get_opt(name).await?.is_some() {
+                if tokio::time::Instant::now() > deadline {
+                    bail!("Deployment {name} still has pods after {STOP_WAIT:?}");
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            eprintln!("certs-gen: Deployment {name} and its pods are gone");
+        }
+    }
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     for name in what.secrets {
         delete_if_present(&secrets, "Secret", name, dry_run).await?;

@@ -105,6 +105,9 @@ enum Cmd {
         /// Namespace of the Secrets and the Lease.
         #[arg(long)]
         namespace: Option<String>,
+        /// The server's Deployment, stopped before the Lease is deleted.
+        #[arg(long)]
+        deployment: Option<String>,
         /// A Secret certs-gen made (repeatable).
         #[arg(long = "secret")]
         secrets: Vec<String>,
@@ -468,6 +471,7 @@ fn run(command: Cmd) -> Result<()> {
         Cmd::Cleanup {
             webhook_config,
             namespace,
+            deployment,
             secrets,
             lease,
             dry_run,
@@ -477,6 +481,7 @@ fn run(command: Cmd) -> Result<()> {
             let what = cluster::Cleanup {
                 webhook_config: &webhook_config,
                 namespace: namespace.as_deref(),
+                deployment: deployment.as_deref(),
                 secrets: &secrets,
                 lease: lease.as_deref(),
             };

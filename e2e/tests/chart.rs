@@ -476,6 +476,7 @@ fn hooks_and_test_pod_use_the_projects_own_binaries() -> Result<()> {
             "cleanup",
             "--webhook-config=rekindle",
             "--namespace=rekindle",
+            "--deployment=rekindle",
             "--lease=rekindle-leader"
         ]
     );
