@@ -77,12 +77,29 @@ async fn create_pairs(client: &Client, ns: &str, n: usize, annotated: bool) -> R
                 let cm: ConfigMap = serde_json::from_value(
                     json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "0"}}),
                 )?;
-                cms.create(&pp, &cm).await?;
-                ds.create(
-                    &pp,
-                    &deployment(&format!("d-{i}"), &format!("cm-{i}"), annotated),
-                )
-                .await?;
+                let cm = cms.create(&pp, &cm).await?;
+                let mut d = deployment(&format!("d-{i}"), &format!("cm-{i}"), annotated);
+                if annotated {
+                    // Stamped as the webhook stamps at creation, whether or not rekindle runs now, so
+                    // changes made while rekindle starts are owed (absent markers are left alone).
+                    let marker = k8s_openapi::api::core::v1::EnvVar {
+                        name: rekindle::core::envname::env_var_name(
+                            &format!("cm-{i}"),
+                            rekindle::core::ResourceKind::ConfigMap,
+                        ),
+                        value: Some(rekindle::core::hash::configmap_hash_typed(&cm)),
+                        ..Default::default()
+                    };
+                    if let Some(c) = d
+                        .spec
+                        .as_mut()
+                        .and_then(|s| s.template.spec.as_mut())
+                        .and_then(|p| p.containers.first_mut())
+                    {
+                        c.env = Some(vec![marker]);
+                    }
+                }
+                ds.create(&pp, &d).await?;
                 anyhow::Ok(())
             }
         })
@@ -675,17 +692,34 @@ async fn s4(client: &Client, secrets: usize, configmaps: usize, workloads: usize
         cms.create(&PostParams::default(), &cm).await?;
     }
     let data_bytes = secrets * 8 * 1024 + configmaps.max(workloads) * 1024;
+    let mut rx = template_watch(client, &ns.name);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while rx.try_recv().is_ok() {}
     let started = Instant::now();
     let rk = Rekindle::start(
         client,
         &[&ns.name],
         Options {
             webhook: false,
+            wait_ready: false,
             ..Default::default()
         },
     )
     .await?;
+    // A change made while rekindle starts: when is it reloaded, against when /ready answers?
+    let changed = cms
+        .patch(
+            "cm-0",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"v": "during-start-up"}})),
+        )
+        .await?;
+    let want = rekindle::core::hash::configmap_hash_typed(&changed);
+    rk.wait_ready().await?;
     let startup_s = started.elapsed().as_secs_f64();
+    let first_reload_s = seen(&mut rx, "d-0", &want, Duration::from_secs(60))
+        .await
+        .map(|at| at.saturating_duration_since(started).as_secs_f64());
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_synced = rk.rss_bytes().unwrap_or(0);
     for c in 0..1000usize {
@@ -703,7 +737,8 @@ async fn s4(client: &Client, secrets: usize, configmaps: usize, workloads: usize
     ns.cleanup().await?;
     Ok(
         json!({"secrets": secrets, "configmaps": configmaps.max(workloads), "workloads": workloads, "data_bytes": data_bytes,
-        "startup_to_ready_s": startup_s, "rss_after_sync_bytes": rss_synced, "rss_after_changes_bytes": rss_after}),
+        "startup_to_ready_s": startup_s, "first_reload_after_start_s": first_reload_s,
+        "rss_after_sync_bytes": rss_synced, "rss_after_changes_bytes": rss_after}),
     )
 }
 
@@ -861,7 +896,8 @@ async fn main() -> Result<()> {
     match only {
         Some("writer") => return writer_only(&client, s9_step, true).await,
         Some("s9") => return writer_only(&client, s9_step, false).await,
-        Some(other) => anyhow::bail!("--only {other}: expected writer or s9"),
+        Some("s6") => return s6_only(&client).await,
+        Some(other) => anyhow::bail!("--only {other}: expected writer, s6 or s9"),
         None => {}
     }
     let sizes = Sizes {
@@ -989,6 +1025,32 @@ async fn main() -> Result<()> {
     let mut md = markdown(&report, &sizes);
     md += &writer::markdown(&report["s8_writer"], &report["s9_index_memory"], &[]);
     std::fs::write(dir.join("report.md"), &md)?;
+    println!("{md}");
+    Ok(())
+}
+
+/// `--only s6`: the full-size start-up alone (REKINDLE_BENCH_S6_* sizes); bench/results/s6.{json,md}.
+async fn s6_only(client: &Client) -> Result<()> {
+    let workloads = env_usize("REKINDLE_BENCH_S6_WORKLOADS", 10_000);
+    let resources = env_usize("REKINDLE_BENCH_S6_RESOURCES", 25_000);
+    let secrets = resources.saturating_sub(workloads);
+    eprintln!("S6 ({workloads} Deployments, {workloads} ConfigMaps, {secrets} Secrets) …");
+    let r = s4(client, secrets, workloads, workloads).await?;
+    let dir = std::env::var_os("REKINDLE_BENCH_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| e2e::root().join("bench/results"));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("s6.json"), serde_json::to_string_pretty(&r)?)?;
+    let md = format!(
+        "# S6 start-up at full size\n\n{} Deployments (one replica each) each with its ConfigMap, and {} Secrets of 8 KiB ({:.1} MiB watched): process start to `/ready` in {:.2} s, first reload of a change made at start {}; RSS {:.1} MiB after sync, {:.1} MiB after 1,000 changes. `just bench-load --only s6`.\n",
+        r["workloads"], r["secrets"], f(&r["data_bytes"]) / 1048576.0, f(&r["startup_to_ready_s"]),
+        match r["first_reload_after_start_s"].as_f64() {
+            Some(v) => format!("{v:.2} s after start"),
+            None => "not measured".into(),
+        },
+        f(&r["rss_after_sync_bytes"]) / 1048576.0, f(&r["rss_after_changes_bytes"]) / 1048576.0
+    );
+    std::fs::write(dir.join("s6.md"), &md)?;
     println!("{md}");
     Ok(())
 }
