@@ -84,6 +84,30 @@ async fn client(config: &Config, metrics: &Metrics) -> Result<Client> {
         .build())
 }
 
+/// `--streaming-lists`: as given, or (auto) whether the apiserver is 1.34 or later, where it streams
+/// the first state by default (1.33 turned the feature off again).
+async fn streaming_lists(client: &Client, flag: Option<bool>) -> bool {
+    if let Some(on) = flag {
+        return on;
+    }
+    match client.apiserver_version().await {
+        Ok(v) => {
+            let minor: u32 = v
+                .minor
+                .trim_end_matches(|c: char| !c.is_ascii_digit())
+                .parse()
+                .unwrap_or(0);
+            let on = v.major == "1" && minor >= 34;
+            tracing::info!(version = %v.git_version, streaming_lists = on, "apiserver version");
+            on
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the apiserver's version; listing in pages");
+            false
+        }
+    }
+}
+
 /// rekindle's own user name: its requests pass the webhook unchanged.
 async fn self_username(client: &Client) -> Option<String> {
     let review: SelfSubjectReview =
@@ -258,6 +282,7 @@ async fn run(config: Config) -> Result<()> {
             None => None,
         },
         spc_flags: Default::default(),
+        streaming_lists: streaming_lists(&client, config.streaming_lists).await,
     });
     let namespaces: Vec<Option<String>> = match scope.watched_namespaces() {
         Some(list) => list.iter().cloned().map(Some).collect(),
@@ -266,7 +291,7 @@ async fn run(config: Config) -> Result<()> {
     // Smaller list pages than kube's 500: a page of large Secrets is held whole while it is hashed, and
     // the allocator keeps that high-water mark as RSS. More list requests at start-up, less memory.
     let label_config = |c: watcher::Config| {
-        let c = c.page_size(RESOURCE_LIST_PAGE);
+        let c = ctx.list_config(c.page_size(RESOURCE_LIST_PAGE));
         match &config.resource_label_selector {
             Some(sel) => c.labels(&sel.to_string()),
             None => c,

@@ -255,6 +255,11 @@ pub struct ServerArgs {
     /// Lowest TLS version the webhook accepts: 1.2 or 1.3.
     #[arg(long, default_value = "1.3")]
     pub tls_min_version: String,
+    /// How watches get their first state: `true` streams it as watch events (`sendInitialEvents`, no
+    /// pages held in memory), `false` lists in pages, `auto` streams on Kubernetes 1.34 and later (where
+    /// the apiserver serves it by default).
+    #[arg(long, default_value = "auto")]
+    pub streaming_lists: String,
     /// Offer HTTP/2 on the webhook port as well as HTTP/1.1 (off: one request per stream keeps a
     /// misbehaving client from multiplexing thousands of requests over one connection).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
@@ -319,6 +324,8 @@ pub struct Config {
     pub tls_cert_file: Option<PathBuf>,
     pub tls_key_file: Option<PathBuf>,
     pub tls_min_version: TlsVersion,
+    /// `None`: decide from the apiserver's version.
+    pub streaming_lists: Option<bool>,
     pub webhook_http2: bool,
     pub shutdown_delay: Duration,
     pub kubeconfig: Option<PathBuf>,
@@ -571,6 +578,12 @@ impl Config {
                 "must be at least 1",
             ));
         }
+        let streaming_lists = match args.streaming_lists.as_str() {
+            "auto" => None,
+            other => {
+                Some(parse_bool(other).map_err(|why| flag_err("streaming-lists", other, why))?)
+            }
+        };
         let tls_min_version = match args.tls_min_version.as_str() {
             "1.2" | "VersionTLS12" => TlsVersion::Tls12,
             "1.3" | "VersionTLS13" => TlsVersion::Tls13,
@@ -675,6 +688,7 @@ impl Config {
             tls_cert_file: args.tls_cert_file.clone(),
             tls_key_file: args.tls_key_file.clone(),
             tls_min_version,
+            streaming_lists,
             webhook_http2: args.webhook_http2,
             shutdown_delay: duration("shutdown-delay", &args.shutdown_delay)?,
             kubeconfig: args.kubeconfig.clone(),
@@ -788,6 +802,7 @@ mod tests {
             err_flag(&["--leader-election-lease-name=Bad_Name"]),
             "leader-election-lease-name"
         );
+        assert_eq!(err_flag(&["--streaming-lists=maybe"]), "streaming-lists");
         assert_eq!(
             err_flag(&["--leader-election-lease-duration=forever"]),
             "leader-election-lease-duration"

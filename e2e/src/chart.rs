@@ -161,10 +161,13 @@ pub async fn install(
 /// The kubeconfig of the chart's ServiceAccount, after installing the chart into `namespace`.
 pub async fn install_identity(client: &Client, release: &str, namespace: &str) -> Result<PathBuf> {
     let docs = install(client, release, namespace, ALL_FEATURES).await?;
-    let sa = of_kind(&docs, "ServiceAccount")
+    // The server's ServiceAccount (the chart renders others, for certs-gen's renewal CronJob).
+    let sa = of_kind(&docs, "Deployment")
         .first()
-        .map(|d| name_of(d).to_string())
-        .ok_or_else(|| anyhow!("the chart rendered no ServiceAccount"))?;
+        .and_then(|d| d.pointer("/spec/template/spec/serviceAccountName"))
+        .and_then(Value::as_str)
+        .map(String::from)
+        .ok_or_else(|| anyhow!("the chart rendered no Deployment with a ServiceAccount"))?;
     let (user, groups) = service_account_identity(namespace, &sa);
     let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
     identity_kubeconfig(&format!("chart-{namespace}"), &user, &groups)

@@ -103,9 +103,20 @@ pub struct Ctx {
     pub notifier: Option<Arc<Notifier>>,
     /// CSI: ignore/match flags of SecretProviderClasses, by (namespace, name).
     pub spc_flags: Mutex<std::collections::HashMap<(String, String), ResourceFlags>>,
+    /// First state streamed as watch events (`--streaming-lists`) rather than listed in pages.
+    pub streaming_lists: bool,
 }
 
 impl Ctx {
+    /// A watcher configuration with the first-state strategy of `--streaming-lists`.
+    pub fn list_config(&self, config: watcher::Config) -> watcher::Config {
+        if self.streaming_lists {
+            config.streaming_lists()
+        } else {
+            config
+        }
+    }
+
     fn notify(
         &self,
         dependents: &[WorkloadKey],
@@ -398,7 +409,7 @@ pub async fn workloads(
         None => Api::all_with(client, &ar),
     };
     let watch_name = format!("{}/{}", kind.name(), namespace.as_deref().unwrap_or("*"));
-    let mut stream = watcher(api, watcher::Config::default())
+    let mut stream = watcher(api, ctx.list_config(watcher::Config::default()))
         .default_backoff()
         .boxed();
     let mut first_sync = true;
@@ -491,7 +502,7 @@ pub async fn optional_workloads(
 /// effect without a restart.
 pub async fn namespaces(client: Client, ctx: Arc<Ctx>) {
     let api: Api<Namespace> = Api::all(client);
-    let mut stream = watcher(api, watcher::Config::default())
+    let mut stream = watcher(api, ctx.list_config(watcher::Config::default()))
         .default_backoff()
         .boxed();
     let mut first_sync = true;
@@ -575,7 +586,7 @@ pub async fn spcps(
         Some(ns) => Api::namespaced_with(client, ns, &ar),
         None => Api::all_with(client, &ar),
     };
-    let mut config = watcher::Config::default();
+    let mut config = ctx.list_config(watcher::Config::default());
     if let Some(l) = &labels {
         config = config.labels(l);
     }
@@ -636,7 +647,7 @@ pub async fn spcs(client: Client, namespace: Option<String>, ctx: Arc<Ctx>) {
         Some(ns) => Api::namespaced_with(client, ns, &ar),
         None => Api::all_with(client, &ar),
     };
-    let mut stream = watcher(api, watcher::Config::default())
+    let mut stream = watcher(api, ctx.list_config(watcher::Config::default()))
         .default_backoff()
         .boxed();
     while let Some(event) = stream.next().await {

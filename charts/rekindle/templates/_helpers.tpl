@@ -157,6 +157,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --leader-election-lease-name={{ include "rekindle.leaseName" . }}
 {{- end }}
 - --shutdown-delay={{ $r.shutdownDelay }}
+- --admission-lookup={{ $r.admissionLookup }}
+- --streaming-lists={{ $r.streamingLists }}
 {{- if .Values.webhook.http2 }}
 - --webhook-http2=true
 {{- end }}
