@@ -681,3 +681,36 @@ fn a_reloader_values_file_migrates_and_renders_what_it_set() -> Result<()> {
         .contains("has-reload-annotation"));
     Ok(())
 }
+
+#[test]
+fn annotation_scraping_and_where_rules_and_dashboards_go() -> Result<()> {
+    let annotations = |docs: &[Value]| {
+        of_kind(docs, "Deployment")[0]["spec"]["template"]["metadata"]["annotations"].clone()
+    };
+    let docs = render_with(&[])?;
+    let a = annotations(&docs);
+    assert_eq!(a["prometheus.io/scrape"], "true");
+    assert_eq!(a["prometheus.io/port"], "9090");
+    assert_eq!(a["prometheus.io/path"], "/metrics");
+    // A monitor scrapes already: no annotations, or Prometheus would scrape twice.
+    let docs = render_with(&["serviceMonitor.enabled=true", "podAnnotations.team=a"])?;
+    let a = annotations(&docs);
+    assert!(a.get("prometheus.io/scrape").is_none(), "{a}");
+    assert_eq!(a["team"], "a");
+    let docs = render_with(&[
+        "prometheusRule.enabled=true",
+        "prometheusRule.namespace=monitoring",
+        "grafanaDashboard.enabled=true",
+        "grafanaDashboard.namespace=grafana",
+    ])?;
+    assert_eq!(
+        of_kind(&docs, "PrometheusRule")[0]["metadata"]["namespace"],
+        "monitoring"
+    );
+    let dashboard = of_kind(&docs, "ConfigMap")
+        .into_iter()
+        .find(|c| c["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .expect("dashboard ConfigMap");
+    assert_eq!(dashboard["metadata"]["namespace"], "grafana");
+    Ok(())
+}

@@ -913,3 +913,60 @@ async fn resources_to_ignore_skips_that_kind_only() -> Result<()> {
     rk.stop().await?;
     ns.cleanup().await
 }
+
+/// `/ready` means every watch has synced, also with many namespaces (one watch per kind and
+/// namespace) and optional APIs: in the JSON log, each watch's "synced" comes before "ready".
+#[tokio::test]
+async fn ready_comes_after_every_watch_of_many_namespaces_synced() -> Result<()> {
+    let client = admin_client().await?;
+    let mut namespaces = Vec::new();
+    for _ in 0..6 {
+        namespaces.push(TestNamespace::new(&client, "e2e-manyns").await?);
+    }
+    let names: Vec<&str> = namespaces.iter().map(|n| n.name.as_str()).collect();
+    for _ in 0..3 {
+        let rk = Rekindle::start(
+            &client,
+            &names,
+            Options {
+                webhook: false,
+                args: &["--log-format=json"],
+                ..Default::default()
+            },
+        )
+        .await?;
+        let log = std::fs::read_to_string(&rk.log)?;
+        let lines: Vec<Value> = log
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let ready = lines
+            .iter()
+            .position(|l| l["message"] == "all watches synced; ready")
+            .expect("a ready line");
+        let synced: std::collections::BTreeSet<String> = lines[..ready]
+            .iter()
+            .filter(|l| l["message"] == "synced")
+            .filter_map(|l| l["watch"].as_str().map(String::from))
+            .collect();
+        for ns in &names {
+            for watch in [
+                "configmaps",
+                "secrets",
+                "Deployment",
+                "StatefulSet",
+                "DaemonSet",
+                "CronJob",
+                "Job",
+            ] {
+                let name = format!("{watch}/{ns}");
+                assert!(synced.contains(&name), "{name} not synced before ready");
+            }
+        }
+        rk.stop().await?;
+    }
+    for ns in namespaces {
+        ns.cleanup().await?;
+    }
+    Ok(())
+}

@@ -995,6 +995,36 @@ async fn webhook_config_manifests_install_body() -> Result<()> {
     Ok(())
 }
 
+/// The chart's default mode (`certs.mode=certManager`) on a cluster without cert-manager: the install
+/// stops before creating anything, with a message that names cert-manager and the other modes.
+async fn cert_manager_mode_without_cert_manager_body() -> Result<()> {
+    let err = match helm(&[
+        "install",
+        "rekindle",
+        "charts/rekindle",
+        "-n",
+        "rekindle",
+        "--create-namespace",
+    ]) {
+        Ok(out) => anyhow::bail!("installed without cert-manager: {out}"),
+        Err(e) => format!("{e:#}"),
+    };
+    for want in [
+        "needs cert-manager",
+        "certs.mode=certsGen",
+        "certs.mode=external",
+    ] {
+        ensure!(err.contains(want), "{want:?} not in: {err}");
+    }
+    ensure!(
+        !err.contains("no matches for kind"),
+        "the raw API error reached the user: {err}"
+    );
+    let releases = helm(&["list", "-n", RELEASE_NS, "-q"])?;
+    ensure!(releases.trim().is_empty(), "a release was left: {releases}");
+    Ok(())
+}
+
 macro_rules! install_test {
     ($($name:ident => $body:ident),* $(,)?) => {$(
         #[tokio::test]
@@ -1011,4 +1041,5 @@ install_test! {
     certs_gen_renewal_is_served_without_restart => certs_gen_renewal_is_served_without_restart_body,
     external_certificate_install => external_certificate_install_body,
     webhook_config_manifests_install => webhook_config_manifests_install_body,
+    cert_manager_mode_without_cert_manager => cert_manager_mode_without_cert_manager_body,
 }
