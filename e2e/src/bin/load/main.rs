@@ -665,6 +665,17 @@ async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> Resul
 
 /// S4 + S6: memory against the bytes of data watched, and start-up time to /ready.
 async fn s4(client: &Client, secrets: usize, configmaps: usize, workloads: usize) -> Result<Value> {
+    s4_with(client, secrets, configmaps, workloads, &[]).await
+}
+
+/// S4/S6 with extra rekindle flags (an A/B of one setting).
+async fn s4_with(
+    client: &Client,
+    secrets: usize,
+    configmaps: usize,
+    workloads: usize,
+    args: &[&str],
+) -> Result<Value> {
     use k8s_openapi::api::core::v1::Secret;
     let ns = TestNamespace::new(client, "bench-s4").await?;
     let secret_api: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
@@ -702,6 +713,7 @@ async fn s4(client: &Client, secrets: usize, configmaps: usize, workloads: usize
         Options {
             webhook: false,
             wait_ready: false,
+            args,
             ..Default::default()
         },
     )
@@ -1035,13 +1047,24 @@ async fn s6_only(client: &Client) -> Result<()> {
     let resources = env_usize("REKINDLE_BENCH_S6_RESOURCES", 25_000);
     let secrets = resources.saturating_sub(workloads);
     eprintln!("S6 ({workloads} Deployments, {workloads} ConfigMaps, {secrets} Secrets) …");
-    let r = s4(client, secrets, workloads, workloads).await?;
+    // Streaming lists (the default on this apiserver) against pages, one after the other.
+    let mut runs = Vec::new();
+    for (label, args) in [
+        ("streaming lists", &["--streaming-lists=true"][..]),
+        ("paged lists", &["--streaming-lists=false"][..]),
+    ] {
+        eprintln!("S6 with {label} …");
+        let mut r = s4_with(client, secrets, workloads, workloads, args).await?;
+        r["lists"] = json!(label);
+        runs.push(r);
+    }
+    let r = runs[0].clone();
     let dir = std::env::var_os("REKINDLE_BENCH_OUT")
         .map(PathBuf::from)
         .unwrap_or_else(|| e2e::root().join("bench/results"));
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("s6.json"), serde_json::to_string_pretty(&r)?)?;
-    let md = format!(
+    std::fs::write(dir.join("s6.json"), serde_json::to_string_pretty(&runs)?)?;
+    let mut md = format!(
         "# S6 start-up at full size\n\n{} Deployments (one replica each) each with its ConfigMap, and {} Secrets of 8 KiB ({:.1} MiB watched): process start to `/ready` in {:.2} s, first reload of a change made at start {}; RSS {:.1} MiB after sync, {:.1} MiB after 1,000 changes. `just bench-load --only s6`.\n",
         r["workloads"], r["secrets"], f(&r["data_bytes"]) / 1048576.0, f(&r["startup_to_ready_s"]),
         match r["first_reload_after_start_s"].as_f64() {
@@ -1050,6 +1073,20 @@ async fn s6_only(client: &Client) -> Result<()> {
         },
         f(&r["rss_after_sync_bytes"]) / 1048576.0, f(&r["rss_after_changes_bytes"]) / 1048576.0
     );
+    md += "\n| lists | start-up to /ready s | change made at start reloaded after s | RSS after sync MiB | RSS after 1,000 changes MiB |\n|---|---|---|---|---|\n";
+    for r in &runs {
+        md += &format!(
+            "| {} | {:.2} | {} | {:.1} | {:.1} |\n",
+            r["lists"].as_str().unwrap_or(""),
+            f(&r["startup_to_ready_s"]),
+            r["first_reload_after_start_s"]
+                .as_f64()
+                .map(|v| format!("{v:.2}"))
+                .unwrap_or_else(|| "—".into()),
+            f(&r["rss_after_sync_bytes"]) / 1048576.0,
+            f(&r["rss_after_changes_bytes"]) / 1048576.0
+        );
+    }
     std::fs::write(dir.join("s6.md"), &md)?;
     println!("{md}");
     Ok(())
