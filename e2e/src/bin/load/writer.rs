@@ -160,7 +160,7 @@ async fn paced(client: &Client, who: Who, rate: f64, updates: usize, busy: bool)
         out["workload_reads"] = json!(reads);
         // rekindle's own time per change (watch event → dependents queued): share within 1 ms.
         let within_1ms = rk
-            .metric("reloader_reconcile_duration_seconds_bucket{result=\"success\",le=\"0.001\"}")
+            .metric("reloader_reconcile_duration_seconds_bucket{le=\"0.001\",result=\"success\"}")
             .await?;
         let handled = rk
             .metric("reloader_reconcile_duration_seconds_count{result=\"success\"}")
