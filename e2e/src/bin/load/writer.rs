@@ -165,7 +165,11 @@ async fn paced(client: &Client, who: Who, rate: f64, updates: usize, busy: bool)
         let handled = rk
             .metric("reloader_reconcile_duration_seconds_count{result=\"success\"}")
             .await?;
-        out["reconcile_within_1ms"] = json!(if handled > 0.0 { within_1ms / handled } else { f64::NAN });
+        out["reconcile_within_1ms"] = json!(if handled > 0.0 {
+            within_1ms / handled
+        } else {
+            f64::NAN
+        });
         out["reloads"] = json!(rk.reloads(true).await?);
         rk.stop().await?;
     }
