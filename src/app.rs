@@ -136,11 +136,14 @@ async fn run(config: Config) -> Result<()> {
     let health = Arc::new(Health::default());
     let index = Arc::new(Index::new());
     let scope = Arc::new(ScopeFilter::new(&config.scope));
-    let queue = Arc::new(Queue::new(QueueConfig {
-        debounce: config.reload_debounce,
-        debounce_max: config.reload_debounce_max,
-        min_interval: config.min_reload_interval,
-    }));
+    let queue = Arc::new(
+        Queue::new(QueueConfig {
+            debounce: config.reload_debounce,
+            debounce_max: config.reload_debounce_max,
+            min_interval: config.min_reload_interval,
+        })
+        .counting_adds(metrics.workqueue_adds.clone()),
+    );
     let ready = ReadyTracker::new(health.clone());
     // Built-in kinds are always served; Argo Rollouts (when enabled) and DeploymentConfigs are optional
     // APIs whose watches start when the API appears.
@@ -432,7 +435,6 @@ async fn run(config: Config) -> Result<()> {
                 for (key, r) in index.absent_markers() {
                     if scope.namespace_in_scope(&key.namespace) {
                         queue.push(key, r, crate::core::plan::Event::Create, now, false);
-                        metrics.workqueue_adds.inc();
                     }
                 }
             }
@@ -517,7 +519,6 @@ fn catch_up(index: &Index, queue: &Queue, scope: &ScopeFilter, ctx: &Ctx) {
             && !ctx.plan.policy.ignored_workload_types.contains(&key.kind)
         {
             queue.push(key, r, crate::core::plan::Event::Update, now, false);
-            ctx.metrics.workqueue_adds.inc();
         }
     }
 }

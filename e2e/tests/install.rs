@@ -631,6 +631,12 @@ async fn diagnosed(body: impl std::future::Future<Output = Result<()>>) -> Resul
 /// The README's install command, `helm install rekindle charts/rekindle -n rekindle --create-namespace`,
 /// with these `--set` values; on failure it prints what a user would look at.
 fn helm_install(values: &[&str]) -> Result<()> {
+    helm_install_quiet(values).inspect_err(|_| diagnose(RELEASE_NS))?;
+    Ok(())
+}
+
+/// The same install, its error returned as is (for a test that expects it to fail).
+fn helm_install_quiet(values: &[&str]) -> Result<String> {
     let mut args = vec![
         "install",
         "rekindle",
@@ -642,8 +648,7 @@ fn helm_install(values: &[&str]) -> Result<()> {
     for v in values {
         args.extend(["--set", v]);
     }
-    helm(&args).inspect_err(|_| diagnose(RELEASE_NS))?;
-    Ok(())
+    helm(&args)
 }
 
 /// Whatever an earlier failed test left: the release, its namespace, its cluster-scoped objects.
@@ -998,14 +1003,7 @@ async fn webhook_config_manifests_install_body() -> Result<()> {
 /// The chart's default mode (`certs.mode=certManager`) on a cluster without cert-manager: the install
 /// stops before creating anything, with a message that names cert-manager and the other modes.
 async fn cert_manager_mode_without_cert_manager_body() -> Result<()> {
-    let err = match helm(&[
-        "install",
-        "rekindle",
-        "charts/rekindle",
-        "-n",
-        "rekindle",
-        "--create-namespace",
-    ]) {
+    let err = match helm_install_quiet(&[]) {
         Ok(out) => anyhow::bail!("installed without cert-manager: {out}"),
         Err(e) => format!("{e:#}"),
     };

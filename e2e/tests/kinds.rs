@@ -191,22 +191,28 @@ async fn cronjob_template_mode_patches_the_job_template() -> Result<()> {
     ns.cleanup().await
 }
 
+/// The Job `migrate` (auto-annotated, using `app-config`): its API and first UID.
+async fn create_job(client: &Client, ns: &str) -> Result<(Api<Job>, Option<String>)> {
+    apply_value(
+        client,
+        Some(ns),
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "migrate", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"template": pod_template()}}),
+    )
+    .await?;
+    let jobs = Api::<Job>::namespaced(client.clone(), ns);
+    let uid = jobs.get("migrate").await?.uid();
+    Ok((jobs, uid))
+}
+
 #[tokio::test]
 async fn a_job_is_recreated_under_the_same_name() -> Result<()> {
     let client = admin_client().await?;
     let ns = TestNamespace::new(&client, "e2e-job").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
-    apply_value(
-        &client,
-        Some(&ns.name),
-        json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "migrate", "annotations": {"reloader.stakater.com/auto": "true"}},
-        "spec": {"template": pod_template()}}),
-    )
-    .await?;
-    let jobs = Api::<Job>::namespaced(client.clone(), &ns.name);
-    let first_uid = jobs.get("migrate").await?.uid();
+    let (jobs, first_uid) = create_job(&client, &ns.name).await?;
     let h2 = change_cm(&client, &ns.name, "changed").await?;
     let job = wait_for("the Job to be re-created", TIMEOUT, || async {
         Ok(jobs
@@ -257,16 +263,7 @@ async fn two_writers_re_create_a_job_only_once() -> Result<()> {
         },
     )
     .await?;
-    apply_value(
-        &client,
-        Some(&ns.name),
-        json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "migrate", "annotations": {"reloader.stakater.com/auto": "true"}},
-        "spec": {"template": pod_template()}}),
-    )
-    .await?;
-    let jobs = Api::<Job>::namespaced(client.clone(), &ns.name);
-    let first_uid = jobs.get("migrate").await?.uid();
+    let (jobs, first_uid) = create_job(&client, &ns.name).await?;
     let uids = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
     let seen = {
         let (jobs, uids) = (jobs.clone(), uids.clone());

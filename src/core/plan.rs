@@ -246,18 +246,12 @@ pub fn marker_changes(
         if !annotations_in_template || last_reloaded_from_delete_of(obj, kind, change) {
             return Vec::new();
         }
-        let hash = delete_marker_hash();
-        let source = ReloadSource {
-            kind: change.kind.env_suffix(),
-            name: change.name,
-            namespace: change.namespace,
-            hash: &hash,
-            container_refs: vec![container.name.as_str()],
-            observed_at: now,
-        };
-        return vec![MarkerChange::SetLastReloadedFrom {
-            value: source.to_json(),
-        }];
+        return vec![last_reloaded_from(
+            change,
+            &delete_marker_hash(),
+            container,
+            now,
+        )];
     }
     if !deleting && current.as_deref() == Some(change.hash) {
         return Vec::new();
@@ -290,17 +284,7 @@ pub fn marker_changes(
             if place == Place::Template {
                 out.push(config_hash_marker(place, key, &hash, deleting));
             }
-            let source = ReloadSource {
-                kind: change.kind.env_suffix(),
-                name: change.name,
-                namespace: change.namespace,
-                hash: &hash,
-                container_refs: vec![container.name.as_str()],
-                observed_at: now,
-            };
-            out.push(MarkerChange::SetLastReloadedFrom {
-                value: source.to_json(),
-            });
+            out.push(last_reloaded_from(change, &hash, container, now));
         }
     }
     if place == Place::Template {
@@ -324,6 +308,26 @@ fn last_reloaded_from_delete_of(obj: &Value, kind: WorkloadKind, change: &Change
     source["type"] == change.kind.env_suffix()
         && source["name"] == change.name
         && source["hash"] == delete_marker_hash().as_str()
+}
+
+/// Reloader's `last-reloaded-from` annotation for a reload of `change` with `hash`.
+fn last_reloaded_from(
+    change: &Change<'_>,
+    hash: &str,
+    container: &ContainerRef,
+    now: i64,
+) -> MarkerChange {
+    let source = ReloadSource {
+        kind: change.kind.env_suffix(),
+        name: change.name,
+        namespace: change.namespace,
+        hash,
+        container_refs: vec![container.name.as_str()],
+        observed_at: now,
+    };
+    MarkerChange::SetLastReloadedFrom {
+        value: source.to_json(),
+    }
 }
 
 fn env_marker(container: usize, name: String, hash: &str, deleting: bool) -> MarkerChange {

@@ -141,8 +141,13 @@ impl WorkloadEntry {
             .unwrap_or_default()
     }
 
-    /// Adds the skeleton and resourceVersion of a stored object (the watch's or a PATCH response's).
-    pub fn with_skeleton(mut self, cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Self {
+    /// The record of a stored object (the watch's or a PATCH response's): references, markers,
+    /// skeleton and resourceVersion.
+    pub fn from_stored(cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Self {
+        Self::from_object(cfg, obj, kind).with_skeleton(cfg, obj, kind)
+    }
+
+    fn with_skeleton(mut self, cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Self {
         self.skeleton = Some(
             skeleton::skeleton(&cfg.policy.keys, obj, kind)
                 .to_string()
@@ -494,9 +499,9 @@ impl Index {
 
     /// The confirmed workload's skeleton, to plan a reload from without reading the object.
     pub fn skeleton(&self, key: &WorkloadKey) -> Option<Value> {
-        let state = self.read();
-        let text = state.workloads.get(key)?.skeleton.as_deref()?;
-        serde_json::from_str(text).ok()
+        // Copied out first: parsing under the lock would hold up admission's writes.
+        let text = self.read().workloads.get(key)?.skeleton.clone()?;
+        serde_json::from_str(&text).ok()
     }
 
     pub fn workload(&self, key: &WorkloadKey) -> Option<WorkloadEntry> {
@@ -649,11 +654,7 @@ mod tests {
             "spec": {"template": {"spec": {"containers": [{"name": "app",
                 "envFrom": [{"configMapRef": {"name": "cfg"}}],
                 "env": [{"name": "STAKATER_CFG_CONFIGMAP", "value": marker}]}]}}}});
-        WorkloadEntry::from_object(&cfg(), &obj, WorkloadKind::Deployment).with_skeleton(
-            &cfg(),
-            &obj,
-            WorkloadKind::Deployment,
-        )
+        WorkloadEntry::from_stored(&cfg(), &obj, WorkloadKind::Deployment)
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -50,6 +51,8 @@ pub struct Queue {
     cfg: QueueConfig,
     state: Mutex<State>,
     notify: Notify,
+    /// `reloader_workqueue_adds_total`: every push, coalesced ones included.
+    adds: Counter,
 }
 
 /// Whether a push made a new entry or merged into a queued one.
@@ -65,7 +68,14 @@ impl Queue {
             cfg,
             state: Mutex::default(),
             notify: Notify::new(),
+            adds: Counter::default(),
         }
+    }
+
+    /// Counts every push on `adds`.
+    pub fn counting_adds(mut self, adds: Counter) -> Self {
+        self.adds = adds;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -80,6 +90,7 @@ impl Queue {
         observed: Instant,
         lone: bool,
     ) -> Pushed {
+        self.adds.inc();
         let now = Instant::now();
         let mut state = self.lock();
         let busy = state.in_flight.contains(&key)
@@ -219,6 +230,7 @@ mod tests {
             q.push(key("b"), r("one"), Event::Update, t, false),
             Pushed::New
         );
+        assert_eq!(q.adds.get(), 3, "every push counts, coalesced ones too");
         let (k, p) = q.next().await;
         assert!(
             Instant::now() >= t + Duration::from_millis(250),

@@ -513,9 +513,10 @@ impl Writer {
     /// Keeps the index's record as written, so a reload right after this one plans from it.
     fn record_written(&self, key: &WorkloadKey, written: &DynamicObject) {
         if let Ok(value) = serde_json::to_value(written) {
-            let entry = WorkloadEntry::from_object(&self.plan, &value, key.kind)
-                .with_skeleton(&self.plan, &value, key.kind);
-            self.index.record_written(key, entry);
+            self.index.record_written(
+                key,
+                WorkloadEntry::from_stored(&self.plan, &value, key.kind),
+            );
         }
     }
 

@@ -197,7 +197,6 @@ impl Ctx {
                 continue;
             }
             self.metrics.matched(w.kind.name());
-            self.metrics.workqueue_adds.inc();
             let r = ResourceRef {
                 kind,
                 name: name.to_string(),
@@ -428,8 +427,7 @@ pub async fn workloads(
             }
             let new = ctx.index.apply_workload(
                 key.clone(),
-                WorkloadEntry::from_object(&ctx.plan, &value, kind)
-                    .with_skeleton(&ctx.plan, &value, kind),
+                WorkloadEntry::from_stored(&ctx.plan, &value, kind),
             );
             if new && check_stale {
                 let created_at = obj.metadata.creation_timestamp.as_ref();
