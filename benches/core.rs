@@ -111,10 +111,10 @@ fn deployment_json(target: usize) -> Value {
 
 fn admission(c: &mut Criterion) {
     use rekindle::admission::Admission;
-    use rekindle::cli::Scope;
+    use rekindle::config::scope::ScopeFilter;
+    use rekindle::config::Scope;
     use rekindle::index::{Index, ResourceEntry, ResourceKey};
     use rekindle::metrics::Metrics;
-    use rekindle::scope::ScopeFilter;
     use std::sync::Arc;
 
     let mut registry = prometheus_client::registry::Registry::default();

@@ -1,9 +1,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use rekindle::cli::{Cli, Command, Config};
+use rekindle::config::{Cli, Command, Config};
 
-fn config_or_exit(args: &rekindle::cli::ServerArgs) -> Result<Config, ExitCode> {
+fn config_or_exit(args: &rekindle::config::ServerArgs) -> Result<Config, ExitCode> {
     match Config::from_args(args, |k| std::env::var(k).ok()) {
         Ok((config, warnings)) => {
             for w in warnings {
@@ -36,7 +36,7 @@ fn main() -> ExitCode {
             )
         }
         Some(Command::MigrateValues(args)) => {
-            rekindle::migrate::run(&args.file, args.namespace.as_deref())
+            rekindle::tools::migrate::run(&args.file, args.namespace.as_deref())
         }
         Some(Command::Healthcheck(args)) => rekindle::tools::run_healthcheck(
             &args.urls,

@@ -3,11 +3,11 @@
 //! `PROPTEST_CASES` raises the case count for long runs.
 
 use proptest::prelude::*;
+use rekindle::config::selector::Selector;
+use rekindle::core::duration::parse_go_duration;
 use rekindle::core::plan::{plan, Change, Event, PlanConfig, Strategy as MarkerStrategy};
 use rekindle::core::policy::{compile_pattern, ResourceFlags};
 use rekindle::core::{patch, refs, ResourceKind, WorkloadKind};
-use rekindle::duration::parse_go_duration;
-use rekindle::selector::Selector;
 use serde_json::{json, Value};
 
 fn arb_json() -> impl Strategy<Value = Value> {

@@ -111,7 +111,7 @@ fn apiserver_timeout(query: Option<&str>) -> Option<std::time::Duration> {
     query?
         .split('&')
         .find_map(|kv| kv.strip_prefix("timeout="))
-        .and_then(|v| crate::duration::parse_go_duration(v).ok())
+        .and_then(|v| crate::core::duration::parse_go_duration(v).ok())
         .filter(|d| !d.is_zero())
 }
 

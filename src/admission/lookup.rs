@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client, ResourceExt};
 
+use crate::config::selector::Selector;
 use crate::core::hash::{configmap_hash_typed, secret_hash_typed};
 use crate::core::policy::{AnnotationKeys, ResourceFlags};
 use crate::core::ResourceKind;
 use crate::index::{ResourceEntry, ResourceKey};
 use crate::metrics::{Metrics, ResultLabels};
-use crate::selector::Selector;
 use crate::server::admin::Health;
 
 /// The longest an admission waits for its reads (the apiserver's webhook timeout is 2 s by default).
@@ -284,10 +284,10 @@ mod tests {
     #[tokio::test]
     async fn a_workload_admitted_before_its_configmaps_watch_event_is_stamped_in_a_second_pass() {
         use crate::admission::{Admission, Reviewed};
-        use crate::cli::Scope;
+        use crate::config::scope::ScopeFilter;
+        use crate::config::Scope;
         use crate::core::WorkloadKind;
         use crate::index::Index;
-        use crate::scope::ScopeFilter;
         let (lookup, _) = lookup(None);
         let lookup = Arc::new(lookup);
         let admission = Admission {

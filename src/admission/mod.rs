@@ -18,6 +18,7 @@ use json_patch::{AddOperation, PatchOperation};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::config::scope::ScopeFilter;
 use crate::core::patch::{self, config_hashes, MarkerChange, Place};
 use crate::core::plan::{self, marker_place, Change, Event, PlanConfig, Strategy};
 use crate::core::policy::WorkloadPolicy;
@@ -25,7 +26,6 @@ use crate::core::refs::{self, ResourceRef};
 use crate::core::WorkloadKind;
 use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{AdmissionLabels, Metrics};
-use crate::scope::ScopeFilter;
 
 /// The most annotation bytes an object may carry (the apiserver's limit).
 const ANNOTATIONS_LIMIT: usize = 256 * 1024;

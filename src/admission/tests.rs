@@ -9,7 +9,7 @@ use proptest::prelude::{
 use serde_json::{json, Value};
 
 use super::*;
-use crate::cli::Scope;
+use crate::config::Scope;
 use crate::core::policy::ResourceFlags;
 use crate::core::ResourceKind;
 use crate::index::ResourceKey;

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use kube::core::{ApiResource, GroupVersionKind};
+
 /// A kind of configuration resource that can trigger a reload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ResourceKind {
@@ -109,6 +111,31 @@ impl WorkloadKind {
         )
     }
 
+    /// The plural resource name (fixed for these kinds, so no discovery is needed).
+    pub fn plural(self) -> &'static str {
+        match self {
+            Self::Deployment => "deployments",
+            Self::StatefulSet => "statefulsets",
+            Self::DaemonSet => "daemonsets",
+            Self::CronJob => "cronjobs",
+            Self::Job => "jobs",
+            Self::Rollout => "rollouts",
+            Self::DeploymentConfig => "deploymentconfigs",
+        }
+    }
+
+    /// The kind's API resource, for dynamic clients.
+    pub fn api_resource(self) -> ApiResource {
+        let (group, version) = self
+            .api_version()
+            .split_once('/')
+            .unwrap_or(("", self.api_version()));
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(group, version, self.name()),
+            self.plural(),
+        )
+    }
+
     /// The API group/version the kind is served from.
     pub fn api_version(self) -> &'static str {
         match self {
@@ -123,6 +150,28 @@ impl WorkloadKind {
 impl fmt::Display for WorkloadKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// The Secrets Store CSI driver's API: SecretProviderClasses carry the reload annotations, and their
+/// pod statuses the versions a pod mounted (which make the class's hash).
+pub mod csi {
+    use kube::core::{ApiResource, GroupVersionKind};
+
+    const GROUP: &str = "secrets-store.csi.x-k8s.io";
+
+    pub fn secret_provider_classes() -> ApiResource {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(GROUP, "v1", "SecretProviderClass"),
+            "secretproviderclasses",
+        )
+    }
+
+    pub fn pod_statuses() -> ApiResource {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(GROUP, "v1", "SecretProviderClassPodStatus"),
+            "secretproviderclasspodstatuses",
+        )
     }
 }
 

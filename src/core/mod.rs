@@ -4,10 +4,13 @@
 //! Workloads are handled as JSON so that every kind (including CRDs such as Argo Rollouts) goes through
 //! the same code and no field of a newer API version is ever dropped.
 
+pub mod duration;
 pub mod envname;
 pub mod hash;
+pub mod job;
 pub mod kinds;
 pub mod patch;
+pub mod pause;
 pub mod plan;
 pub mod policy;
 pub mod refs;

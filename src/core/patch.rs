@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, PatchOperation, RemoveOperation, ReplaceOperation};
+use json_patch::{AddOperation, PatchOperation, RemoveOperation, ReplaceOperation, TestOperation};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -205,6 +205,24 @@ pub fn apply(
     let mut out = obj.clone();
     json_patch::patch(&mut out, &ops)?;
     Ok(out)
+}
+
+/// Guards a JSON patch: the apiserver applies it only to the version that was read (422 otherwise).
+pub fn test_resource_version(resource_version: &str) -> PatchOperation {
+    PatchOperation::Test(TestOperation {
+        path: PointerBuf::from_tokens(["metadata", "resourceVersion"]),
+        value: Value::String(resource_version.to_string()),
+    })
+}
+
+/// Argo Rollouts' restart strategy: `spec.restartAt`, whole seconds in UTC, which the Rollouts
+/// controller compares with its pods' creation times.
+pub fn restart_at(now: jiff::Timestamp) -> PatchOperation {
+    let now = now.round(jiff::Unit::Second).unwrap_or(now);
+    add(
+        PointerBuf::from_tokens(["spec", "restartAt"]),
+        json!(now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+    )
 }
 
 fn add(path: PointerBuf, value: Value) -> PatchOperation {
@@ -453,6 +471,18 @@ fn object_at<'a>(root: &'a mut Value, ptr: &PointerBuf) -> &'a mut serde_json::M
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guard_and_restart_ops() {
+        let mut obj = json!({"metadata": {"resourceVersion": "41"}, "spec": {}});
+        let now: jiff::Timestamp = "2026-03-04T05:06:07.89Z".parse().unwrap();
+        let ops = vec![test_resource_version("41"), restart_at(now)];
+        json_patch::patch(&mut obj, &ops).unwrap();
+        // Rounded to whole seconds: the Rollouts controller's time format has no fraction.
+        assert_eq!(obj["spec"]["restartAt"], "2026-03-04T05:06:08Z");
+        let mut moved = json!({"metadata": {"resourceVersion": "42"}, "spec": {}});
+        assert!(json_patch::patch(&mut moved, &[test_resource_version("41")]).is_err());
+    }
 
     #[test]
     fn strategic_patch_names_containers_and_env_vars_not_positions() {

@@ -15,30 +15,27 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, PatchOperation, TestOperation};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
-use kube::core::GroupVersionKind;
-use kube::discovery::ApiResource;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Api, Client};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::pause::{pause_ops, PauseDecision};
 use super::queue::{Pending, Queue};
-use crate::alert::{reload_message, Alerter};
+use crate::core::job::{job_from_cronjob, strip_job};
 use crate::core::patch::{self, MarkerChange, Place};
+use crate::core::pause::{pause_ops, PauseDecision};
 use crate::core::plan::{self, Action, Change, Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
 use crate::core::skeleton;
 use crate::core::WorkloadKind;
 use crate::index::{Index, ResourceKey, WorkloadEntry, WorkloadKey};
-use crate::lease::Leadership;
 use crate::metrics::{Metrics, ReasonLabels};
+use crate::outbound::alert::{reload_message, Alerter};
+use crate::reload::lease::Leadership;
 
 const MAX_ATTEMPTS: u32 = 6;
 const PATCH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -59,106 +56,12 @@ pub struct Writer {
     warned: Mutex<HashSet<(WorkloadKey, String)>>,
 }
 
-/// The API resource of a workload kind (plural names are fixed for these kinds).
-pub fn api_resource(kind: WorkloadKind) -> ApiResource {
-    let (group, version) = kind
-        .api_version()
-        .split_once('/')
-        .unwrap_or(("", kind.api_version()));
-    let plural = match kind {
-        WorkloadKind::Deployment => "deployments",
-        WorkloadKind::StatefulSet => "statefulsets",
-        WorkloadKind::DaemonSet => "daemonsets",
-        WorkloadKind::CronJob => "cronjobs",
-        WorkloadKind::Job => "jobs",
-        WorkloadKind::Rollout => "rollouts",
-        WorkloadKind::DeploymentConfig => "deploymentconfigs",
-    };
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind.name()), plural)
-}
-
 enum WriteError {
     Gone,
     Failed(String),
 }
 
 const FIELD_MANAGER: &str = "rekindle";
-
-fn test_resource_version(rv: String) -> PatchOperation {
-    PatchOperation::Test(TestOperation {
-        path: PointerBuf::parse("/metadata/resourceVersion").expect("static pointer"),
-        value: Value::String(rv),
-    })
-}
-
-/// The Job a CronJob reload creates: the job template with its markers, `instantiate: manual`, a
-/// controller ownerRef, and a name derived from the CronJob's name and the new hashes.
-pub fn job_from_cronjob(cronjob: &Value, name: &str, hashes: &str) -> Option<Value> {
-    let template = cronjob.pointer("/spec/jobTemplate")?;
-    let suffix = &crate::core::hash::sha1_hex(hashes.as_bytes())[..8];
-    let base: String = name.chars().take(63 - 9).collect();
-    let job_name = format!("{}-{suffix}", base.trim_end_matches(['-', '.']));
-    let mut annotations = template
-        .pointer("/metadata/annotations")
-        .cloned()
-        .filter(Value::is_object)
-        .unwrap_or_else(|| json!({}));
-    annotations["cronjob.kubernetes.io/instantiate"] = json!("manual");
-    Some(json!({
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": job_name,
-            "namespace": cronjob.pointer("/metadata/namespace"),
-            "labels": template.pointer("/metadata/labels").cloned().unwrap_or(Value::Null),
-            "annotations": annotations,
-            "ownerReferences": [{
-                "apiVersion": "batch/v1", "kind": "CronJob", "name": name,
-                "uid": cronjob.pointer("/metadata/uid"), "controller": true, "blockOwnerDeletion": true
-            }]
-        },
-        "spec": template.get("spec").cloned().unwrap_or_else(|| json!({}))
-    }))
-}
-
-/// A Job's JSON made fit for re-creation: server-set fields and the controller's selector labels removed.
-pub fn strip_job(job: &Value) -> Value {
-    let mut out = job.clone();
-    if let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut) {
-        for f in [
-            "resourceVersion",
-            "uid",
-            "creationTimestamp",
-            "managedFields",
-            "generation",
-            "selfLink",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-        ] {
-            meta.remove(f);
-        }
-    }
-    if let Some(obj) = out.as_object_mut() {
-        obj.remove("status");
-    }
-    if let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.remove("selector");
-        spec.remove("manualSelector");
-    }
-    for labels in ["/spec/template/metadata/labels", "/metadata/labels"] {
-        if let Some(map) = out.pointer_mut(labels).and_then(Value::as_object_mut) {
-            for l in [
-                "controller-uid",
-                "job-name",
-                "batch.kubernetes.io/controller-uid",
-                "batch.kubernetes.io/job-name",
-            ] {
-                map.remove(l);
-            }
-        }
-    }
-    out
-}
 
 enum Outcome {
     Reloaded,
@@ -234,8 +137,11 @@ impl Writer {
         let started = Instant::now();
         let span = tracing::info_span!("reload", workload = %key);
         let _enter = span.enter();
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &key.namespace, &api_resource(key.kind));
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &key.namespace,
+            &key.kind.api_resource(),
+        );
         let mut backoff = Duration::from_millis(100);
         let mut last_error = String::new();
         let mut from_index = true;
@@ -486,18 +392,12 @@ impl Writer {
         let rv = rv.ok_or_else(|| WriteError::Failed("no resourceVersion to guard".into()))?;
         let mut ops = patch::render(value, key.kind, changes)
             .map_err(|e| WriteError::Failed(format!("rendering the patch: {e}")))?;
-        ops.insert(0, test_resource_version(rv));
+        ops.insert(0, patch::test_resource_version(&rv));
         if let PauseDecision::Pause(more) = pause {
             ops.extend(more);
         }
         if restart {
-            let now = jiff::Timestamp::now()
-                .round(jiff::Unit::Second)
-                .unwrap_or_else(|_| jiff::Timestamp::now());
-            ops.push(PatchOperation::Add(AddOperation {
-                path: PointerBuf::parse("/spec/restartAt").expect("static pointer"),
-                value: json!(now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
-            }));
+            ops.push(patch::restart_at(jiff::Timestamp::now()));
         }
         let written = Self::send(
             api,
@@ -561,7 +461,7 @@ impl Writer {
         let jobs: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &key.namespace,
-            &api_resource(WorkloadKind::Job),
+            &WorkloadKind::Job.api_resource(),
         );
         let job: DynamicObject =
             serde_json::from_value(job).map_err(|e| WriteError::Failed(e.to_string()))?;

@@ -12,7 +12,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::DynamicObject;
-use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kube::runtime::watcher::{self, watcher, Event as WatchEvent};
 use kube::runtime::WatchStreamExt;
@@ -21,17 +20,17 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::config::scope::ScopeFilter;
+use crate::core::kinds::csi;
 use crate::core::plan::{Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
 use crate::core::refs::ResourceRef;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{Metrics, WatchLabels};
-use crate::notify::Notifier;
+use crate::outbound::notify::Notifier;
 use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Pushed, Queue};
-use crate::reload::writer::api_resource;
-use crate::scope::ScopeFilter;
 use crate::server::admin::Health;
 
 /// Counts watches that finished their first list; ready when all have. Watches register with
@@ -402,7 +401,7 @@ pub async fn workloads(
     namespace: Option<String>,
     ctx: Arc<Ctx>,
 ) {
-    let ar = api_resource(kind);
+    let ar = kind.api_resource();
     let api: Api<DynamicObject> = match &namespace {
         Some(ns) => Api::namespaced_with(client, ns, &ar),
         None => Api::all_with(client, &ar),
@@ -485,7 +484,7 @@ pub async fn optional_workloads(
     namespace: Option<String>,
     ctx: Arc<Ctx>,
 ) {
-    let ar = api_resource(kind);
+    let ar = kind.api_resource();
     wait_for_api(&client, &ar).await;
     tracing::info!(kind = %kind, "optional API served; watching it");
     ctx.ready.expect(&format!(
@@ -552,24 +551,6 @@ pub async fn wait_for_api(client: &Client, ar: &ApiResource) {
     }
 }
 
-pub fn spcps_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(
-            "secrets-store.csi.x-k8s.io",
-            "v1",
-            "SecretProviderClassPodStatus",
-        ),
-        "secretproviderclasspodstatuses",
-    )
-}
-
-pub fn spc_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("secrets-store.csi.x-k8s.io", "v1", "SecretProviderClass"),
-        "secretproviderclasses",
-    )
-}
-
 /// CSI: SecretProviderClassPodStatuses give each SecretProviderClass its current hash (that of its most
 /// recently updated SPCPS). Many pods of one workload with the same versions make one hash: one reload.
 pub async fn spcps(
@@ -578,7 +559,7 @@ pub async fn spcps(
     labels: Option<String>,
     ctx: Arc<Ctx>,
 ) {
-    let ar = spcps_resource();
+    let ar = csi::pod_statuses();
     wait_for_api(&client, &ar).await;
     let api: Api<DynamicObject> = match &namespace {
         Some(ns) => Api::namespaced_with(client, ns, &ar),
@@ -639,7 +620,7 @@ pub async fn spcps(
 
 /// CSI: the ignore/match annotations of SecretProviderClasses.
 pub async fn spcs(client: Client, namespace: Option<String>, ctx: Arc<Ctx>) {
-    let ar = spc_resource();
+    let ar = csi::secret_provider_classes();
     wait_for_api(&client, &ar).await;
     let api: Api<DynamicObject> = match &namespace {
         Some(ns) => Api::namespaced_with(client, ns, &ar),

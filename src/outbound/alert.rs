@@ -95,8 +95,8 @@ pub fn reload_message(
 
 /// Direct, or through `ALERT_WEBHOOK_PROXY` (the two connectors have different types).
 enum AlertClient {
-    Direct(crate::notify::HttpClient),
-    Proxied(crate::notify::ProxiedClient),
+    Direct(crate::outbound::notify::HttpClient),
+    Proxied(crate::outbound::notify::ProxiedClient),
 }
 
 impl AlertClient {
@@ -124,9 +124,9 @@ impl Alerter {
             .with_context(|| format!("ALERT_WEBHOOK_URL {:?} is not a URL", cfg.url))?;
         let client = match std::env::var("ALERT_WEBHOOK_PROXY") {
             Ok(p) if !p.trim().is_empty() => AlertClient::Proxied(
-                crate::notify::proxied_client(&p).context("ALERT_WEBHOOK_PROXY")?,
+                crate::outbound::notify::proxied_client(&p).context("ALERT_WEBHOOK_PROXY")?,
             ),
-            _ => AlertClient::Direct(crate::notify::http_client()?),
+            _ => AlertClient::Direct(crate::outbound::notify::http_client()?),
         };
         let (tx, mut rx) = mpsc::channel::<String>(QUEUE);
         let worker_metrics = metrics.clone();

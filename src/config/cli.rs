@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use super::selector::Selector;
+use crate::core::duration::parse_go_duration;
 use crate::core::plan::{CronJobStrategy, PlanConfig, Strategy};
 use crate::core::policy::{AnnotationKeys, PolicyConfig};
 use crate::core::WorkloadKind;
-use crate::duration::parse_go_duration;
-use crate::selector::Selector;
 
 pub const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
@@ -216,7 +216,7 @@ pub struct ServerArgs {
     pub leader_election_retry_period: String,
     /// Name of the leader election Lease in the pod's namespace (the chart derives it from the release,
     /// so two releases in one namespace never share one).
-    #[arg(long, default_value = crate::lease::DEFAULT_LEASE_NAME)]
+    #[arg(long, default_value = crate::reload::lease::DEFAULT_LEASE_NAME)]
     pub leader_election_lease_name: String,
     /// Changes to one workload within this window become one reload (0 = off).
     #[arg(long, default_value = "250ms")]

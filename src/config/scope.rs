@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::RwLock;
 
-use crate::cli::Scope;
-use crate::selector::Selector;
+use crate::config::selector::Selector;
+use crate::config::Scope;
 
 #[derive(Debug, Default)]
 pub struct ScopeFilter {

@@ -1,0 +1,4 @@
+//! Calls rekindle makes to HTTP endpoints outside the cluster's API: `--webhook-url` notifications and
+//! reload alerts.
+pub mod alert;
+pub mod notify;

@@ -1,0 +1,159 @@
+//! `rekindle explain`: what rekindle would do to a workload for a change of one resource, and why.
+
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Result};
+use serde_json::{json, Value};
+
+use crate::config::{EventArg, Output};
+use crate::core::patch;
+use crate::core::plan::{self, Change, Event, PlanConfig};
+use crate::core::policy::ResourceFlags;
+use crate::core::WorkloadKind;
+
+use super::{hash_document, meta_str, read_documents};
+
+fn single(path: &Path, what: &str) -> Result<Value> {
+    let mut docs = read_documents(path)?;
+    match docs.len() {
+        1 => Ok(docs.remove(0)),
+        n => bail!(
+            "{}: expected exactly one {what} document, found {n}",
+            path.display()
+        ),
+    }
+}
+
+/// Builds the explanation object of `rekindle explain -o json`.
+pub fn explain(
+    cfg: &PlanConfig,
+    workload: &Value,
+    changed: &Value,
+    event: EventArg,
+    now: i64,
+) -> Result<Value> {
+    let kind_name = workload
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or_else(|| anyhow!("the workload has no kind"))?;
+    let kind: WorkloadKind = kind_name.parse()?;
+    let res = hash_document(changed)?;
+    let flags = ResourceFlags::from_annotations(&cfg.policy.keys, &res.annotations);
+    let namespace = res
+        .namespace
+        .clone()
+        .or_else(|| meta_str(workload, "namespace"))
+        .unwrap_or_default();
+    let event = match event {
+        EventArg::Update => Event::Update,
+        EventArg::Create => Event::Create,
+        EventArg::Delete => Event::Delete,
+    };
+    let change = Change {
+        kind: res.resource_kind,
+        name: &res.resource_name,
+        namespace: &namespace,
+        hash: &res.hash,
+        flags,
+        event,
+    };
+    let p = plan::plan(cfg, workload, kind, &change, now);
+    let patch = if p.changes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::to_value(patch::render(workload, kind, &p.changes)?)?
+    };
+    Ok(json!({
+        "workload": {"kind": kind_name, "namespace": meta_str(workload, "namespace"), "name": meta_str(workload, "name")},
+        "resource": {"kind": res.resource_kind.kind_name(), "namespace": res.namespace, "name": res.resource_name, "hash": res.hash},
+        "reload": p.decision.reload,
+        "reason": p.decision.reason.as_str(),
+        "action": p.action,
+        "container": p.container.map(|c| c.name),
+        "patch": patch,
+        "invalidPatterns": p.decision.invalid_patterns.iter().map(|i| json!({"annotation": i.annotation, "pattern": i.pattern, "error": i.error})).collect::<Vec<_>>(),
+    }))
+}
+
+pub fn run_explain(
+    cfg: &PlanConfig,
+    workload: &Path,
+    changed: &Path,
+    event: EventArg,
+    output: Output,
+) -> Result<()> {
+    let w = single(workload, "workload")?;
+    let c = single(changed, "changed resource")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let e = explain(cfg, &w, &c, event, now)?;
+    match output {
+        Output::Json => println!("{e}"),
+        Output::Text => {
+            let w = &e["workload"];
+            let r = &e["resource"];
+            println!(
+                "workload:  {}/{}/{}",
+                w["kind"].as_str().unwrap_or(""),
+                w["namespace"].as_str().unwrap_or("-"),
+                w["name"].as_str().unwrap_or("")
+            );
+            println!(
+                "resource:  {}/{}/{} hash {}",
+                r["kind"].as_str().unwrap_or(""),
+                r["namespace"].as_str().unwrap_or("-"),
+                r["name"].as_str().unwrap_or(""),
+                r["hash"].as_str().unwrap_or("")
+            );
+            println!(
+                "reload:    {} ({})",
+                if e["reload"] == true { "yes" } else { "no" },
+                e["reason"].as_str().unwrap_or("")
+            );
+            println!("action:    {}", e["action"].as_str().unwrap_or(""));
+            if let Some(c) = e["container"].as_str() {
+                println!("container: {c}");
+            }
+            for i in e["invalidPatterns"].as_array().into_iter().flatten() {
+                println!(
+                    "warning:   invalid pattern {} in {}: {}",
+                    i["pattern"],
+                    i["annotation"],
+                    i["error"].as_str().unwrap_or("")
+                );
+            }
+            if !e["patch"].is_null() {
+                println!("patch:     {}", serde_json::to_string_pretty(&e["patch"])?);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explain_reports_patch_and_already_current() {
+        let cfg = PlanConfig::default();
+        let workload = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "ns", "annotations": {"reloader.stakater.com/auto": "true"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "app", "envFrom": [{"configMapRef": {"name": "c"}}]}]}}}});
+        let cm = json!({"kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "1"}});
+        let e = explain(&cfg, &workload, &cm, EventArg::Update, 0).unwrap();
+        assert_eq!(e["reload"], true);
+        assert_eq!(e["reason"], "auto");
+        assert_eq!(e["action"], "patch");
+        assert_eq!(e["container"], "app");
+        let ops: json_patch::Patch = serde_json::from_value(e["patch"].clone()).unwrap();
+        let mut after = workload.clone();
+        json_patch::patch(&mut after, &ops).unwrap();
+        let again = explain(&cfg, &after, &cm, EventArg::Update, 0).unwrap();
+        assert_eq!(again["reload"], false);
+        assert_eq!(again["reason"], "already-current");
+        assert!(again["patch"].is_null());
+    }
+}
