@@ -17,6 +17,7 @@ pub mod index;
 pub mod metrics;
 pub mod outbound;
 pub mod reload;
+pub mod retry;
 pub mod server;
 pub mod tools;
 pub mod watch;

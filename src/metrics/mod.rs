@@ -102,6 +102,7 @@ pub struct Metrics {
     pub queue_depth: Gauge,
     pub reloads_coalesced: Counter,
     pub workload_reads: Family<ReasonLabels, Counter>,
+    pub reload_attempt_failures: Family<ReasonLabels, Counter>,
     pub admission_lookups: Family<ResultLabels, Counter>,
     pub reload_latency: Histogram,
     pub watch_restarts: Family<WatchLabels, Counter>,
@@ -161,6 +162,7 @@ impl Metrics {
             queue_depth: Gauge::default(),
             reloads_coalesced: Counter::default(),
             workload_reads: Family::default(),
+            reload_attempt_failures: Family::default(),
             admission_lookups: Family::default(),
             reload_latency: latency_buckets(),
             watch_restarts: Family::default(),
@@ -273,6 +275,11 @@ impl Metrics {
             "rekindle_workload_reads",
             "Workloads read before a reload instead of planned from the index, by reason",
             m.workload_reads.clone(),
+        );
+        registry.register(
+            "rekindle_reload_attempt_failures",
+            "Failed reload attempts by cause (conflict and transient are retried; forbidden, invalid and render are not)",
+            m.reload_attempt_failures.clone(),
         );
         registry.register(
             "rekindle_admission_lookups",

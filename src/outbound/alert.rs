@@ -8,12 +8,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use axum::body::Bytes;
-use http_body_util::Full;
-use hyper::{Method, Request, Uri};
+use hyper::Uri;
 use serde_json::json;
-use tokio::sync::mpsc;
 
 use crate::metrics::Metrics;
+use crate::outbound::http::{Destination, HttpClient, Outbox};
 
 const QUEUE: usize = 256;
 
@@ -94,25 +93,9 @@ pub fn reload_message(
 }
 
 /// Direct, or through `ALERT_WEBHOOK_PROXY` (the two connectors have different types).
-enum AlertClient {
-    Direct(crate::outbound::notify::HttpClient),
-    Proxied(crate::outbound::notify::ProxiedClient),
-}
-
-impl AlertClient {
-    async fn request(
-        &self,
-        req: Request<Full<Bytes>>,
-    ) -> Result<hyper::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
-        match self {
-            Self::Direct(c) => c.request(req).await,
-            Self::Proxied(c) => c.request(req).await,
-        }
-    }
-}
-
 pub struct Alerter {
-    tx: mpsc::Sender<String>,
+    cfg: AlertConfig,
+    outbox: Outbox,
     metrics: Arc<Metrics>,
 }
 
@@ -123,45 +106,33 @@ impl Alerter {
             .parse()
             .with_context(|| format!("ALERT_WEBHOOK_URL {:?} is not a URL", cfg.url))?;
         let client = match std::env::var("ALERT_WEBHOOK_PROXY") {
-            Ok(p) if !p.trim().is_empty() => AlertClient::Proxied(
-                crate::outbound::notify::proxied_client(&p).context("ALERT_WEBHOOK_PROXY")?,
-            ),
-            _ => AlertClient::Direct(crate::outbound::notify::http_client()?),
-        };
-        let (tx, mut rx) = mpsc::channel::<String>(QUEUE);
-        let worker_metrics = metrics.clone();
-        tokio::spawn(async move {
-            while let Some(msg) = rx.recv().await {
-                let (body, content_type) = cfg.payload(&msg);
-                let mut delivered = false;
-                for attempt in 0..3u32 {
-                    let req = Request::builder()
-                        .method(Method::POST)
-                        .uri(url.clone())
-                        .header("content-type", content_type)
-                        .body(Full::new(Bytes::from(body.clone())));
-                    let Ok(req) = req else { break };
-                    match tokio::time::timeout(Duration::from_secs(10), client.request(req)).await {
-                        Ok(Ok(resp)) if resp.status().as_u16() < 400 => {
-                            delivered = true;
-                            break;
-                        }
-                        Ok(Ok(resp)) if resp.status().is_client_error() => break,
-                        _ => tokio::time::sleep(Duration::from_millis(500 << attempt)).await,
-                    }
-                }
-                if !delivered {
-                    worker_metrics.error("alert");
-                    tracing::warn!("reload alert not delivered");
-                }
+            Ok(p) if !p.trim().is_empty() => {
+                HttpClient::via_proxy(&p).context("ALERT_WEBHOOK_PROXY")?
             }
+            _ => HttpClient::direct()?,
+        };
+        let destination = Destination {
+            url,
+            client,
+            timeout: Duration::from_secs(10),
+            retries: 2,
+        };
+        let failure_metrics = metrics.clone();
+        let outbox = Outbox::start(destination, QUEUE, move |e| {
+            failure_metrics.error("alert");
+            tracing::warn!(error = %e, "reload alert not delivered");
         });
-        Ok(Arc::new(Self { tx, metrics }))
+        Ok(Arc::new(Self {
+            cfg,
+            outbox,
+            metrics,
+        }))
     }
 
     /// Queues an alert; never waits.
     pub fn alert(&self, msg: String) {
-        if self.tx.try_send(msg).is_err() {
+        let (body, content_type) = self.cfg.payload(&msg);
+        if !self.outbox.try_send(content_type, Bytes::from(body)) {
             self.metrics.error("alert_dropped");
         }
     }

@@ -10,11 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use axum::body::Bytes;
-use http_body_util::Full;
-use hyper::{Method, Request, Uri};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper::Uri;
 use serde_json::{json, Value};
 
 use crate::core::policy::{decide_with, PolicyConfig, ResourceFlags};
@@ -22,74 +18,18 @@ use crate::core::refs::ResourceRef;
 use crate::core::ResourceKind;
 use crate::index::{Index, WorkloadKey};
 use crate::metrics::Metrics;
+use crate::outbound::http::{Destination, HttpClient, Outbox};
 
-const ATTEMPTS: u32 = 5;
+/// Retries after the first POST.
+const RETRIES: usize = 4;
 /// Notifications waiting for the receiver.
 const QUEUE: usize = 1024;
 /// How long one POST may take before it counts as failed (and is retried).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct Notifier {
-    tx: tokio::sync::mpsc::Sender<Value>,
+    outbox: Outbox,
     metrics: Arc<Metrics>,
-}
-
-/// The background sender: one notification at a time, in order.
-struct Sender {
-    url: Uri,
-    client: HttpClient,
-    metrics: Arc<Metrics>,
-    timeout: Duration,
-}
-
-/// An HTTP(S) client for outgoing notifications, trusting the system's root certificates.
-pub fn http_client() -> Result<HttpClient> {
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_native_roots()
-        .context("loading the system's root certificates")?
-        .https_or_http()
-        .enable_http1()
-        .build();
-    Ok(Client::builder(TokioExecutor::new()).build(https))
-}
-
-pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-type Tunnel = hyper_util::client::legacy::connect::proxy::Tunnel<HttpConnector>;
-pub type ProxiedClient = Client<hyper_rustls::HttpsConnector<Tunnel>, Full<Bytes>>;
-
-/// An HTTP(S) client whose connections go through an HTTP proxy with CONNECT (`ALERT_WEBHOOK_PROXY`,
-/// for example `http://user:pass@proxy:3128`); TLS to the destination runs inside the tunnel.
-pub fn proxied_client(proxy: &str) -> Result<ProxiedClient> {
-    let uri: Uri = proxy
-        .trim()
-        .parse()
-        .with_context(|| format!("proxy {proxy:?} is not a URL"))?;
-    let authority = uri
-        .authority()
-        .with_context(|| format!("proxy {proxy:?} has no host"))?
-        .clone();
-    let host_port = match authority.port_u16() {
-        Some(p) => format!("{}:{p}", authority.host()),
-        None => format!("{}:80", authority.host()),
-    };
-    let proxy_uri: Uri = format!("http://{host_port}").parse()?;
-    let mut tunnel = Tunnel::new(proxy_uri, HttpConnector::new());
-    if let Some((userinfo, _)) = authority.as_str().rsplit_once('@') {
-        use base64::Engine as _;
-        let token = base64::engine::general_purpose::STANDARD.encode(userinfo);
-        tunnel = tunnel.with_auth(
-            hyper::header::HeaderValue::from_str(&format!("Basic {token}"))
-                .context("proxy credentials")?,
-        );
-    }
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_native_roots()
-        .context("loading the system's root certificates")?
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(tunnel);
-    Ok(Client::builder(TokioExecutor::new()).build(https))
 }
 
 impl Notifier {
@@ -107,19 +47,18 @@ impl Notifier {
         let url: Uri = url
             .parse()
             .with_context(|| format!("--webhook-url {url:?} is not a URL"))?;
-        let sender = Sender {
-            url,
-            client: http_client()?,
-            metrics: metrics.clone(),
+        let destination = Destination {
+            url: url.clone(),
+            client: HttpClient::direct()?,
             timeout,
+            retries: RETRIES,
         };
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Value>(queue);
-        tokio::spawn(async move {
-            while let Some(payload) = rx.recv().await {
-                sender.post(payload).await;
-            }
+        let failure_metrics = metrics.clone();
+        let outbox = Outbox::start(destination, queue, move |e| {
+            tracing::warn!(%url, error = %e, "notification not delivered");
+            failure_metrics.error("notify");
         });
-        Ok(Arc::new(Self { tx, metrics }))
+        Ok(Arc::new(Self { outbox, metrics }))
     }
 
     /// The payload for a change: Reloader's key plus what changed and the workloads that would reload.
@@ -175,47 +114,13 @@ impl Notifier {
 
     /// Queues a notification; never waits.
     pub fn send(&self, payload: Value) {
-        if self.tx.try_send(payload).is_err() {
+        if !self
+            .outbox
+            .try_send("application/json", Bytes::from(payload.to_string()))
+        {
             tracing::warn!("webhook-url queue full; notification dropped");
             self.metrics.error("notify_dropped");
         }
-    }
-}
-
-impl Sender {
-    async fn post(&self, payload: Value) {
-        let body = Bytes::from(payload.to_string());
-        let mut backoff = Duration::from_millis(200);
-        for attempt in 1..=ATTEMPTS {
-            let req = Request::builder()
-                .method(Method::POST)
-                .uri(self.url.clone())
-                .header("content-type", "application/json")
-                .body(Full::new(body.clone()));
-            let Ok(req) = req else { return };
-            match tokio::time::timeout(self.timeout, self.client.request(req)).await {
-                Err(_) => {
-                    tracing::debug!(attempt, "webhook-url did not answer in time; retrying")
-                }
-                Ok(Ok(resp)) if resp.status().is_server_error() => {
-                    tracing::debug!(attempt, status = %resp.status(), "webhook-url answered 5xx; retrying")
-                }
-                Ok(Ok(resp)) => {
-                    if !resp.status().is_success() {
-                        tracing::warn!(status = %resp.status(), "webhook-url refused the notification");
-                        self.metrics.error("notify");
-                    }
-                    return;
-                }
-                Ok(Err(e)) => {
-                    tracing::debug!(attempt, error = %e, "webhook-url unreachable; retrying")
-                }
-            }
-            tokio::time::sleep(backoff).await;
-            backoff *= 2;
-        }
-        tracing::warn!(url = %self.url, "notification not delivered");
-        self.metrics.error("notify");
     }
 }
 

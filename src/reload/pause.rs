@@ -10,10 +10,14 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::Value;
 
+use backon::Retryable;
+
+use super::error::WriteError;
 use crate::core::pause::{self, resume_at, resume_ops};
 use crate::core::policy::AnnotationKeys;
 use crate::core::WorkloadKind;
 use crate::index::WorkloadKey;
+use crate::retry;
 
 /// Resumes Deployments paused by rekindle when their period is over; driven by the Deployment watch.
 pub struct PauseReconciler {
@@ -75,44 +79,45 @@ impl PauseReconciler {
             &key.namespace,
             &key.kind.api_resource(),
         );
-        for attempt in 0..6u32 {
-            let obj = match api.get_opt(&key.name).await {
-                Ok(Some(o)) => o,
-                Ok(None) => return,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-                    continue;
-                }
+        let attempt = || async {
+            let Some(obj) = api
+                .get_opt(&key.name)
+                .await
+                .map_err(|e| WriteError::from_kube("GET", e))?
+            else {
+                return Ok(());
             };
-            let Ok(value) = serde_json::to_value(&obj) else {
-                return;
-            };
+            let value =
+                serde_json::to_value(&obj).map_err(|e| WriteError::Render(e.to_string()))?;
             if pause::paused_at(&self.keys, &value) != Some(paused_at) {
                 tracing::debug!(workload = %key, "resumed or re-paused meanwhile");
-                return;
+                return Ok(());
             }
             let params = PatchParams {
                 field_manager: Some("rekindle".into()),
                 ..Default::default()
             };
-            match api
-                .patch(
-                    &key.name,
-                    &params,
-                    &Patch::Json::<()>(json_patch::Patch(resume_ops(&self.keys, &value))),
-                )
+            let ops = json_patch::Patch(resume_ops(&self.keys, &value));
+            api.patch(&key.name, &params, &Patch::Json::<()>(ops))
                 .await
-            {
-                Ok(_) => {
-                    tracing::info!(workload = %key, "pause period over; resumed");
-                    return;
-                }
-                Err(e) => {
-                    tracing::debug!(workload = %key, error = %e, "resume failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-                }
+                .map_err(|e| WriteError::from_kube("PATCH", e))?;
+            tracing::info!(workload = %key, "pause period over; resumed");
+            Ok(())
+        };
+        let result = attempt
+            .retry(retry::backoff(
+                Duration::from_millis(200),
+                Duration::from_secs(5),
+                5,
+            ))
+            .sleep(tokio::time::sleep)
+            .when(WriteError::retryable)
+            .notify(|e, _| tracing::debug!(workload = %key, error = %e, "resume failed; retrying"))
+            .await;
+        if let Err(e) = result {
+            if !matches!(e, WriteError::Gone) {
+                tracing::warn!(workload = %key, error = %e, "could not resume the Deployment; the next watch event retries");
             }
         }
-        tracing::warn!(workload = %key, "could not resume the Deployment; the next watch event retries");
     }
 }

@@ -12,7 +12,10 @@
 //! creating a Job are read too (the Job is made from the whole template). No LIST is ever made.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+use backon::Retryable;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -24,6 +27,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::error::WriteError;
 use super::queue::{Pending, Queue};
 use crate::core::job::{job_from_cronjob, strip_job};
 use crate::core::patch::{self, MarkerChange, Place};
@@ -36,8 +40,9 @@ use crate::index::{Index, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::outbound::alert::{reload_message, Alerter};
 use crate::reload::lease::Leadership;
+use crate::retry;
 
-const MAX_ATTEMPTS: u32 = 6;
+const MAX_ATTEMPTS: usize = 6;
 const PATCH_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub struct Writer {
@@ -56,18 +61,28 @@ pub struct Writer {
     warned: Mutex<HashSet<(WorkloadKey, String)>>,
 }
 
-enum WriteError {
-    Gone,
-    Failed(String),
-}
-
 const FIELD_MANAGER: &str = "rekindle";
 
 enum Outcome {
     Reloaded,
     NothingToDo,
     Gone,
-    Failed(String),
+}
+
+/// A failed attempt, and whether it was planned from the index (whose record may be behind the object).
+struct Failure {
+    error: WriteError,
+    from_index: bool,
+}
+
+impl Failure {
+    /// Conflicts and transient errors are retried; an invalid or unrenderable patch planned from the
+    /// index is retried once from the live object; anything else fails the same way again.
+    fn retryable(&self) -> bool {
+        self.error.retryable()
+            || (self.from_index
+                && matches!(self.error, WriteError::Invalid(_) | WriteError::Render(_)))
+    }
 }
 
 impl Writer {
@@ -142,42 +157,57 @@ impl Writer {
             &key.namespace,
             &key.kind.api_resource(),
         );
-        let mut backoff = Duration::from_millis(100);
-        let mut last_error = String::new();
-        let mut from_index = true;
-        for attempt in 1..=MAX_ATTEMPTS {
-            match self.attempt(&api, key, pending, from_index).await {
-                Outcome::Reloaded => {
-                    let seconds = started.elapsed().as_secs_f64();
-                    self.metrics
-                        .reload_done(&key.namespace, key.kind.name(), true, seconds);
-                    if let Some(first) = pending.changes.values().map(|c| c.observed).min() {
-                        self.metrics
-                            .reload_latency
-                            .observe(first.elapsed().as_secs_f64());
-                    }
-                    return true;
-                }
-                Outcome::NothingToDo => {
-                    self.metrics.skip("strategy_not_updated");
-                    return false;
-                }
-                Outcome::Gone => return false,
-                Outcome::Failed(e) => {
-                    tracing::debug!(attempt, error = %e, "reload attempt failed; retrying");
-                    // Conflicts with other writers land here too; the final outcome is counted below.
+        let from_index = AtomicBool::new(true);
+        let result = (|| async {
+            let planned_from_index = from_index.swap(false, Ordering::Relaxed);
+            self.attempt(&api, key, pending, planned_from_index)
+                .await
+                .map_err(|error| {
+                    // Every failed attempt counts here; the final outcome is counted below.
                     self.metrics.error("reload_attempt");
-                    last_error = e;
-                    // The index may be behind the object (a container renamed): read it next time.
-                    from_index = false;
+                    self.metrics
+                        .reload_attempt_failures
+                        .get_or_create(&ReasonLabels {
+                            reason: error.metric_label().into(),
+                        })
+                        .inc();
+                    Failure {
+                        error,
+                        from_index: planned_from_index,
+                    }
+                })
+        })
+        .retry(retry::backoff(
+            Duration::from_millis(100),
+            Duration::from_secs(5),
+            MAX_ATTEMPTS - 1,
+        ))
+        .sleep(tokio::time::sleep)
+        .when(Failure::retryable)
+        .notify(|f, wait| {
+            self.metrics.retries.inc();
+            tracing::debug!(error = %f.error, ?wait, "reload attempt failed; retrying");
+        })
+        .await;
+        let last_error = match result {
+            Ok(Outcome::Reloaded) => {
+                let seconds = started.elapsed().as_secs_f64();
+                self.metrics
+                    .reload_done(&key.namespace, key.kind.name(), true, seconds);
+                if let Some(first) = pending.changes.values().map(|c| c.observed).min() {
+                    self.metrics
+                        .reload_latency
+                        .observe(first.elapsed().as_secs_f64());
                 }
+                return true;
             }
-            if attempt < MAX_ATTEMPTS {
-                self.metrics.retries.inc();
+            Ok(Outcome::NothingToDo) => {
+                self.metrics.skip("strategy_not_updated");
+                return false;
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
+            Ok(Outcome::Gone) => return false,
+            Err(f) => f.error,
+        };
         tracing::warn!(error = %last_error, "reload failed");
         self.metrics.reload_done(
             &key.namespace,
@@ -203,7 +233,7 @@ impl Writer {
         key: &WorkloadKey,
         pending: &Pending,
         from_index: bool,
-    ) -> Outcome {
+    ) -> Result<Outcome, WriteError> {
         let (value, rv) = match self.planning_view(key, from_index) {
             Ok(skeleton) => (skeleton, None),
             Err(reason) => {
@@ -215,14 +245,14 @@ impl Writer {
                     .inc();
                 let obj = match api.get_opt(&key.name).await {
                     Ok(Some(o)) => o,
-                    Ok(None) => return Outcome::Gone,
-                    Err(e) => return Outcome::Failed(format!("GET: {e}")),
+                    Ok(None) => return Ok(Outcome::Gone),
+                    Err(e) => return Err(WriteError::from_kube("GET", e)),
                 };
                 let Some(rv) = obj.metadata.resource_version.clone() else {
-                    return Outcome::Failed("object has no resourceVersion".into());
+                    return Err(WriteError::Invalid("object has no resourceVersion".into()));
                 };
                 let Ok(value) = serde_json::to_value(&obj) else {
-                    return Outcome::Failed("object does not serialise".into());
+                    return Err(WriteError::Invalid("object does not serialise".into()));
                 };
                 (value, Some(rv))
             }
@@ -271,14 +301,14 @@ impl Writer {
             }
             match patch::apply(&working, key.kind, &p.changes) {
                 Ok(next) => working = next,
-                Err(e) => return Outcome::Failed(format!("rendering the patch: {e}")),
+                Err(e) => return Err(WriteError::Render(e.to_string())),
             }
             action = p.action;
             changes.extend(p.changes);
             reasons.push(r.clone());
         }
         if changes.is_empty() {
-            return Outcome::NothingToDo;
+            return Ok(Outcome::NothingToDo);
         }
         let written = match action {
             Action::Patch | Action::Restart => {
@@ -290,7 +320,7 @@ impl Writer {
                     .await
             }
             Action::RecreateJob => self.recreate_job(api, key, &working).await,
-            Action::None => return Outcome::NothingToDo,
+            Action::None => return Ok(Outcome::NothingToDo),
         };
         match written {
             Ok(()) => {
@@ -317,10 +347,10 @@ impl Writer {
                         ));
                     }
                 }
-                Outcome::Reloaded
+                Ok(Outcome::Reloaded)
             }
-            Err(WriteError::Gone) => Outcome::Gone,
-            Err(WriteError::Failed(e)) => Outcome::Failed(e),
+            Err(WriteError::Gone) => Ok(Outcome::Gone),
+            Err(e) => Err(e),
         }
     }
 
@@ -383,15 +413,15 @@ impl Writer {
         }
         if strategic {
             let body = patch::render_strategic(value, key.kind, changes)
-                .map_err(|e| WriteError::Failed(format!("rendering the patch: {e}")))?;
+                .map_err(|e| WriteError::Render(e.to_string()))?;
             let written = Self::send(api, &key.name, &params, &Patch::Strategic(body)).await?;
             self.record_written(key, &written);
             return Ok(());
         }
         // Only planning from the index leaves `rv` unset, and that is never done for these patches.
-        let rv = rv.ok_or_else(|| WriteError::Failed("no resourceVersion to guard".into()))?;
+        let rv = rv.ok_or_else(|| WriteError::Render("no resourceVersion to guard".into()))?;
         let mut ops = patch::render(value, key.kind, changes)
-            .map_err(|e| WriteError::Failed(format!("rendering the patch: {e}")))?;
+            .map_err(|e| WriteError::Render(e.to_string()))?;
         ops.insert(0, patch::test_resource_version(&rv));
         if let PauseDecision::Pause(more) = pause {
             ops.extend(more);
@@ -428,9 +458,8 @@ impl Writer {
     ) -> Result<DynamicObject, WriteError> {
         match tokio::time::timeout(PATCH_TIMEOUT, api.patch(name, params, patch)).await {
             Ok(Ok(written)) => Ok(written),
-            Ok(Err(kube::Error::Api(s))) if s.code == 404 => Err(WriteError::Gone),
-            Ok(Err(e)) => Err(WriteError::Failed(format!("PATCH: {e}"))),
-            Err(_) => Err(WriteError::Failed("PATCH timed out".into())),
+            Ok(Err(e)) => Err(WriteError::from_kube("PATCH", e)),
+            Err(_) => Err(WriteError::Transient("PATCH timed out".into())),
         }
     }
 
@@ -457,14 +486,14 @@ impl Writer {
             })
             .collect();
         let job = job_from_cronjob(working, &key.name, &hashes.concat())
-            .ok_or_else(|| WriteError::Failed("the CronJob has no job template".into()))?;
+            .ok_or_else(|| WriteError::Render("the CronJob has no job template".into()))?;
         let jobs: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &key.namespace,
             &WorkloadKind::Job.api_resource(),
         );
         let job: DynamicObject =
-            serde_json::from_value(job).map_err(|e| WriteError::Failed(e.to_string()))?;
+            serde_json::from_value(job).map_err(|e| WriteError::Render(e.to_string()))?;
         let params = PostParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
@@ -472,7 +501,7 @@ impl Writer {
         match jobs.create(&params, &job).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {}
-            Err(e) => return Err(WriteError::Failed(format!("creating the Job: {e}"))),
+            Err(e) => return Err(WriteError::from_kube("creating the Job", e)),
         }
         let metadata_changes: Vec<MarkerChange> = changes
             .iter()
@@ -511,7 +540,7 @@ impl Writer {
             .map(String::from);
         let fresh = strip_job(working);
         let job: DynamicObject =
-            serde_json::from_value(fresh).map_err(|e| WriteError::Failed(e.to_string()))?;
+            serde_json::from_value(fresh).map_err(|e| WriteError::Render(e.to_string()))?;
         let delete = DeleteParams {
             preconditions: uid.clone().map(|uid| Preconditions {
                 uid: Some(uid),
@@ -526,31 +555,42 @@ impl Writer {
                 tracing::info!("the Job was re-created by another writer; nothing to do");
                 return Ok(());
             }
-            Err(e) => return Err(WriteError::Failed(format!("deleting the Job: {e}"))),
+            Err(e) => return Err(WriteError::from_kube("deleting the Job", e)),
         }
         let params = PostParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
-        let mut wait = Duration::from_millis(100);
-        for _ in 0..20 {
+        // The old Job is removed in the background; until it is gone the create meets AlreadyExists
+        // (`Err(None)`: wait and try again).
+        let create = || async {
             match jobs.create(&params, &job).await {
-                Ok(_) => return Ok(()),
+                Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    // Still the old Job being removed, or one another writer created meanwhile.
+                    // Still the old Job, or one another writer created meanwhile (then: done).
                     let current = jobs.get_opt(&key.name).await.ok().flatten();
-                    if current.is_some_and(|j| j.metadata.uid != uid) {
-                        return Ok(());
+                    match current {
+                        Some(j) if j.metadata.uid != uid => Ok(()),
+                        _ => Err(None),
                     }
-                    tokio::time::sleep(wait).await
                 }
-                Err(e) => return Err(WriteError::Failed(format!("re-creating the Job: {e}"))),
+                Err(e) => Err(Some(WriteError::from_kube("re-creating the Job", e))),
             }
-            wait = (wait * 2).min(Duration::from_secs(2));
-        }
-        Err(WriteError::Failed(
-            "the old Job was not removed in time".into(),
-        ))
+        };
+        create
+            .retry(retry::backoff(
+                Duration::from_millis(100),
+                Duration::from_secs(2),
+                20,
+            ))
+            .sleep(tokio::time::sleep)
+            .when(Option::is_none)
+            .await
+            .map_err(|e| {
+                e.unwrap_or_else(|| {
+                    WriteError::Transient("the old Job was not removed in time".into())
+                })
+            })
     }
 
     async fn warn_invalid(
@@ -606,3 +646,7 @@ impl Writer {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "writer_tests.rs"]
+mod tests;

@@ -1,0 +1,403 @@
+//! The writer against a mock apiserver (tower-test): each test scripts the apiserver's answers and
+//! asserts the requests the writer sent, their order, methods, paths and bodies.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hyper::{Method, Request, Response};
+use kube::client::Body;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::Client;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::Writer;
+use crate::core::plan::{Event, PlanConfig};
+use crate::core::refs::ResourceRef;
+use crate::core::{ResourceKind, WorkloadKind};
+use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
+use crate::metrics::{Metrics, ReasonLabels};
+use crate::reload::lease::Leadership;
+use crate::reload::queue::{Pending, PendingChange, Queue, QueueConfig};
+
+/// One request as the mock apiserver saw it.
+#[derive(Debug)]
+struct Seen {
+    method: Method,
+    path: String,
+    content_type: String,
+    body: Value,
+}
+
+/// The scripted apiserver: `answer` gives (status, body) for each non-Event request in turn; Events
+/// are accepted and recorded apart.
+struct ApiServer {
+    requests: Vec<Seen>,
+    events: Vec<Value>,
+}
+
+async fn serve(
+    mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
+    mut answer: impl FnMut(&Seen) -> (u16, Value) + Send + 'static,
+) -> ApiServer {
+    let mut server = ApiServer {
+        requests: Vec::new(),
+        events: Vec::new(),
+    };
+    while let Some((request, send)) = handle.next_request().await {
+        let (parts, body) = request.into_parts();
+        let bytes = http_body_util::BodyExt::collect(body)
+            .await
+            .unwrap()
+            .to_bytes();
+        let seen = Seen {
+            method: parts.method,
+            path: parts.uri.path().to_string(),
+            content_type: parts
+                .headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string(),
+            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        };
+        let (status, reply) = if seen.path.contains("/events") {
+            server.events.push(seen.body.clone());
+            (201, seen.body.clone())
+        } else {
+            let a = answer(&seen);
+            server.requests.push(seen);
+            a
+        };
+        send.send_response(
+            Response::builder()
+                .status(status)
+                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                .unwrap(),
+        );
+    }
+    server
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+        "reason": reason, "message": message})
+}
+
+fn deployment(rv: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "ns", "uid": "u-web", "resourceVersion": rv,
+            "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"template": {"metadata": {}, "spec": {"containers": [{"name": "app", "image": "i",
+            "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}}}
+    })
+}
+
+fn job(uid: &str) -> Value {
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "batch", "namespace": "ns", "uid": uid, "resourceVersion": "5",
+            "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}},
+            "template": {"metadata": {"labels": {"batch.kubernetes.io/controller-uid": uid}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "app", "image": "i",
+            "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}}}
+    })
+}
+
+struct Fixture {
+    writer: Arc<Writer>,
+    metrics: Arc<Metrics>,
+    server: tokio::task::JoinHandle<ApiServer>,
+}
+
+/// A writer whose index knows `workload` (using ConfigMap `cfg`, hash "h1" → changed to "h2").
+fn fixture(
+    kind: WorkloadKind,
+    name: &str,
+    workload: &Value,
+    answer: impl FnMut(&Seen) -> (u16, Value) + Send + 'static,
+) -> (Fixture, WorkloadKey, Pending) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    let plan = PlanConfig::default();
+    let index = Arc::new(Index::new());
+    let key = WorkloadKey {
+        kind,
+        namespace: "ns".into(),
+        name: name.into(),
+    };
+    index.apply_workload(
+        key.clone(),
+        WorkloadEntry::from_stored(&plan, workload, kind),
+    );
+    index.update_resource(
+        &ResourceKey::new(ResourceKind::ConfigMap, "ns", "cfg"),
+        ResourceEntry {
+            hash: "h2".into(),
+            flags: Default::default(),
+        },
+    );
+    let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
+    let queue = Arc::new(Queue::new(QueueConfig {
+        debounce: Default::default(),
+        debounce_max: Default::default(),
+        min_interval: Default::default(),
+    }));
+    let reporter = Reporter {
+        controller: "rekindle".into(),
+        instance: None,
+    };
+    let writer = Arc::new(Writer::new(
+        client.clone(),
+        plan,
+        index,
+        queue,
+        metrics.clone(),
+        Recorder::new(client, reporter),
+        1,
+        Leadership::always(),
+    ));
+    let now = Instant::now();
+    let pending = Pending {
+        first: now,
+        due: now,
+        changes: BTreeMap::from([(
+            ResourceRef {
+                kind: ResourceKind::ConfigMap,
+                name: "cfg".into(),
+            },
+            PendingChange {
+                event: Event::Update,
+                observed: now,
+            },
+        )]),
+    };
+    let server = tokio::spawn(serve(handle, answer));
+    (
+        Fixture {
+            writer,
+            metrics,
+            server,
+        },
+        key,
+        pending,
+    )
+}
+
+impl Fixture {
+    /// Drops the writer (closing the mock) and returns what the apiserver saw.
+    async fn finish(self) -> ApiServer {
+        drop(self.writer);
+        self.server.await.unwrap()
+    }
+}
+
+fn failures(metrics: &Metrics, reason: &str) -> u64 {
+    metrics
+        .reload_attempt_failures
+        .get_or_create(&ReasonLabels {
+            reason: reason.into(),
+        })
+        .get()
+}
+
+fn summary(server: &ApiServer) -> Vec<(String, String)> {
+    server
+        .requests
+        .iter()
+        .map(|s| (s.method.to_string(), s.path.clone()))
+        .collect()
+}
+
+const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/ns/deployments/web";
+
+#[tokio::test]
+async fn a_deployment_gets_one_strategic_patch_and_no_read() {
+    let (f, key, pending) = fixture(WorkloadKind::Deployment, "web", &deployment("7"), |_| {
+        (200, deployment("8"))
+    });
+    assert!(f.writer.reload(&key, &pending).await);
+    let metrics = f.metrics.clone();
+    let server = f.finish().await;
+    assert_eq!(summary(&server), [("PATCH".into(), DEPLOYMENT.into())]);
+    let patch = &server.requests[0];
+    assert_eq!(patch.content_type, "application/strategic-merge-patch+json");
+    let env = &patch.body["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(env["name"], "app");
+    assert!(patch.body.pointer("/metadata/resourceVersion").is_none());
+    assert_eq!(server.events.len(), 1, "one Reloaded Event");
+    assert_eq!(server.events[0]["reason"], "Reloaded");
+    assert_eq!(failures(&metrics, "transient"), 0);
+}
+
+#[tokio::test]
+async fn a_transient_failure_is_retried_from_the_live_object() {
+    let mut n = 0;
+    let (f, key, pending) = fixture(
+        WorkloadKind::Deployment,
+        "web",
+        &deployment("7"),
+        move |s| {
+            n += 1;
+            match (n, &s.method) {
+                (1, &Method::PATCH) => (500, status(500, "InternalError", "etcdserver: timeout")),
+                (_, &Method::GET) => (200, deployment("8")),
+                _ => (200, deployment("9")),
+            }
+        },
+    );
+    assert!(f.writer.reload(&key, &pending).await);
+    let metrics = f.metrics.clone();
+    let server = f.finish().await;
+    assert_eq!(
+        summary(&server),
+        [
+            ("PATCH".into(), DEPLOYMENT.into()),
+            ("GET".into(), DEPLOYMENT.into()),
+            ("PATCH".into(), DEPLOYMENT.into()),
+        ]
+    );
+    assert_eq!(failures(&metrics, "transient"), 1);
+    assert_eq!(metrics.retries.get(), 1);
+}
+
+#[tokio::test]
+async fn forbidden_is_not_retried_and_reported_once() {
+    let (f, key, pending) = fixture(WorkloadKind::Deployment, "web", &deployment("7"), |_| {
+        (
+            403,
+            status(403, "Forbidden", "deployments.apps \"web\" is forbidden"),
+        )
+    });
+    assert!(!f.writer.reload(&key, &pending).await);
+    let metrics = f.metrics.clone();
+    let server = f.finish().await;
+    assert_eq!(summary(&server), [("PATCH".into(), DEPLOYMENT.into())]);
+    assert_eq!(failures(&metrics, "forbidden"), 1);
+    assert_eq!(metrics.retries.get(), 0);
+    assert_eq!(server.events.len(), 1);
+    assert_eq!(server.events[0]["reason"], "ReloadFail");
+    assert_eq!(server.events[0]["type"], "Warning");
+}
+
+#[tokio::test]
+async fn an_invalid_patch_from_the_index_is_tried_once_from_the_live_object_then_given_up() {
+    let (f, key, pending) = fixture(
+        WorkloadKind::Deployment,
+        "web",
+        &deployment("7"),
+        |s| match s.method {
+            Method::GET => (200, deployment("8")),
+            _ => (
+                422,
+                status(
+                    422,
+                    "Invalid",
+                    "spec.template.spec.containers[0].image: Required value",
+                ),
+            ),
+        },
+    );
+    assert!(!f.writer.reload(&key, &pending).await);
+    let metrics = f.metrics.clone();
+    let server = f.finish().await;
+    assert_eq!(
+        summary(&server),
+        [
+            ("PATCH".into(), DEPLOYMENT.into()),
+            ("GET".into(), DEPLOYMENT.into()),
+            ("PATCH".into(), DEPLOYMENT.into()),
+        ]
+    );
+    assert_eq!(failures(&metrics, "invalid"), 2);
+}
+
+#[tokio::test]
+async fn a_job_is_deleted_on_its_uid_and_created_again_once_the_old_one_is_gone() {
+    const JOB: &str = "/apis/batch/v1/namespaces/ns/jobs/batch";
+    const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs";
+    let mut creates = 0;
+    let (f, key, pending) = fixture(WorkloadKind::Job, "batch", &job("u-old"), move |s| {
+        match (&s.method, s.path.as_str()) {
+            (&Method::GET, JOB) => (200, job("u-old")),
+            (&Method::DELETE, JOB) => (200, job("u-old")),
+            (&Method::POST, JOBS) => {
+                creates += 1;
+                if creates == 1 {
+                    // The old Job is still being removed.
+                    (
+                        409,
+                        status(409, "AlreadyExists", "jobs.batch \"batch\" already exists"),
+                    )
+                } else {
+                    (201, job("u-new"))
+                }
+            }
+            _ => (404, status(404, "NotFound", "unexpected")),
+        }
+    });
+    assert!(f.writer.reload(&key, &pending).await);
+    let server = f.finish().await;
+    assert_eq!(
+        summary(&server),
+        [
+            ("GET".into(), JOB.into()),
+            ("DELETE".into(), JOB.into()),
+            ("POST".into(), JOBS.into()),
+            ("GET".into(), JOB.into()),
+            ("POST".into(), JOBS.into()),
+        ]
+    );
+    assert_eq!(
+        server.requests[1].body["preconditions"]["uid"], "u-old",
+        "the delete is conditional on the Job that was read"
+    );
+    let created = &server.requests[4].body;
+    assert!(created["metadata"].get("uid").is_none());
+    assert!(created["spec"].get("selector").is_none());
+    let marked = created["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap();
+    assert!(marked.iter().any(|e| e["value"] == "h2"), "{marked:?}");
+}
+
+#[tokio::test]
+async fn a_cronjob_job_that_already_exists_is_not_created_twice() {
+    const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs";
+    const CRONJOB: &str = "/apis/batch/v1/namespaces/ns/cronjobs/nightly";
+    let cronjob = json!({
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": "ns", "uid": "u-cj", "resourceVersion": "3",
+            "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "app", "image": "i", "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}}}}}
+    });
+    let answer = cronjob.clone();
+    let (f, key, pending) = fixture(WorkloadKind::CronJob, "nightly", &cronjob, move |s| match s
+        .method
+    {
+        Method::POST => (
+            409,
+            status(409, "AlreadyExists", "jobs.batch already exists"),
+        ),
+        _ => (200, answer.clone()),
+    });
+    // `job` is the default CronJob strategy (Reloader's).
+    assert!(f.writer.reload(&key, &pending).await);
+    let server = f.finish().await;
+    let seen = summary(&server);
+    assert_eq!(
+        seen.iter().filter(|(m, _)| m == "POST").count(),
+        1,
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.last().unwrap(),
+        &("PATCH".into(), CRONJOB.into()),
+        "{seen:?}"
+    );
+    assert!(seen.contains(&("POST".into(), JOBS.into())));
+}
