@@ -28,7 +28,7 @@ use crate::reload::queue::{Queue, QueueConfig};
 use crate::reload::writer::Writer;
 use crate::server::admin::{self, Health};
 use crate::server::{bind, tls};
-use crate::watch::{self, Ctx, ReadyTracker};
+use crate::watch::{self, Ctx, ReadyTracker, Sink};
 
 /// How long an admission record may wait for the watch to confirm it.
 const PROVISIONAL_TTL: Duration = Duration::from_secs(60);
@@ -272,19 +272,16 @@ async fn run(config: Config) -> Result<()> {
     let ctx = Arc::new(Ctx {
         plan: config.plan.clone(),
         index: index.clone(),
-        queue: queue.clone(),
+        sink: match &config.webhook_url {
+            Some(url) => Sink::Notify(Notifier::new(url, metrics.clone())?),
+            None => Sink::Reload {
+                queue: queue.clone(),
+                pause: PauseReconciler::new(client.clone(), config.plan.policy.keys.clone()),
+            },
+        },
         metrics: metrics.clone(),
         scope: scope.clone(),
         ready: ready.clone(),
-        pause: config
-            .webhook_url
-            .is_none()
-            .then(|| PauseReconciler::new(client.clone(), config.plan.policy.keys.clone())),
-        notifier: match &config.webhook_url {
-            Some(url) => Some(Notifier::new(url, metrics.clone())?),
-            None => None,
-        },
-        spc_flags: Default::default(),
         streaming_lists: streaming_lists(&client, config.streaming_lists).await,
     });
     let namespaces: Vec<Option<String>> = match scope.watched_namespaces() {

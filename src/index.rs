@@ -189,6 +189,9 @@ struct State {
     recent_changes: HashMap<ResourceKey, (i64, Instant)>,
     /// The same, oldest first, so expiry is cheap.
     recent_order: VecDeque<(Instant, ResourceKey)>,
+    /// CSI: the ignore/match annotations of SecretProviderClasses (whose hashes come from their pod
+    /// statuses, which carry no annotations).
+    class_flags: HashMap<ResourceKey, ResourceFlags>,
 }
 
 /// How long a handled change is remembered for workloads the watch has not seen yet. Longer than any
@@ -470,6 +473,32 @@ impl Index {
     }
 
     /// Keys of the resources of one kind, optionally in one namespace (for re-list bookkeeping).
+    /// CSI: a SecretProviderClass's ignore/match annotations.
+    pub fn set_class_flags(&self, key: ResourceKey, flags: ResourceFlags) {
+        self.write().class_flags.insert(key, flags);
+    }
+
+    pub fn remove_class_flags(&self, key: &ResourceKey) {
+        self.write().class_flags.remove(key);
+    }
+
+    pub fn class_flags(&self, key: &ResourceKey) -> ResourceFlags {
+        self.read()
+            .class_flags
+            .get(key)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    pub fn class_flag_keys(&self, namespace: Option<&str>) -> Vec<ResourceKey> {
+        self.read()
+            .class_flags
+            .keys()
+            .filter(|k| namespace.is_none_or(|ns| k.namespace == ns))
+            .cloned()
+            .collect()
+    }
+
     pub fn resource_keys(&self, kind: ResourceKind, namespace: Option<&str>) -> Vec<ResourceKey> {
         self.read()
             .resources

@@ -1,33 +1,29 @@
-//! Watch loops: ConfigMaps and Secrets (hash on arrival, object dropped), workloads (references
-//! extracted, object dropped) and, with `--namespace-selector`, Namespaces.
-//!
-//! Re-list bookkeeping: the first list of a watch never triggers anything; after a watch gap, a re-list
-//! triggers for changed hashes and treats anything missing from it as deleted.
+//! Watches: ConfigMaps and Secrets (hashed on arrival, object dropped), workloads (references and a
+//! skeleton kept, object dropped), Namespaces (with `--namespace-selector`) and the CSI driver's
+//! objects. Each is a [`driver::Handler`] run by the one [`driver::run`] loop; what a change triggers
+//! goes to the [`Sink`] chosen at start-up.
 
-use std::collections::{BTreeMap, HashSet};
-use std::fmt::Debug;
+mod driver;
+mod handlers;
+
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
-use kube::runtime::watcher::{self, watcher, Event as WatchEvent};
-use kube::runtime::WatchStreamExt;
-use kube::{Api, Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::runtime::watcher;
+use kube::Client;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+pub use handlers::{namespaces, optional_workloads, resources, spcps, spcs, workloads};
+
 use crate::config::scope::ScopeFilter;
-use crate::core::kinds::csi;
 use crate::core::plan::{Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
 use crate::core::refs::ResourceRef;
-use crate::core::{ResourceKind, WorkloadKind};
-use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
-use crate::metrics::{Metrics, WatchLabels};
+use crate::core::ResourceKind;
+use crate::index::{Index, ResourceKey, WorkloadKey};
+use crate::metrics::Metrics;
 use crate::outbound::notify::Notifier;
 use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Pushed, Queue};
@@ -89,19 +85,35 @@ impl ReadyTracker {
     }
 }
 
+/// Where the workloads a change triggers go, chosen once at start-up.
+pub enum Sink {
+    /// Reload them: the coalescing queue in front of the writer, and the resumer of paused Deployments.
+    Reload {
+        queue: Arc<Queue>,
+        pause: Arc<PauseReconciler>,
+    },
+    /// `--webhook-url`: POST what would reload; no workload is touched.
+    Notify(Arc<Notifier>),
+}
+
+/// A resource change, as the sink needs it.
+struct Changed<'a> {
+    key: &'a ResourceKey,
+    hash: &'a str,
+    flags: ResourceFlags,
+    event: Event,
+    observed: Instant,
+    /// The apiserver's time of the write (absent for deletes).
+    written_at: Option<i64>,
+}
+
 pub struct Ctx {
     pub plan: PlanConfig,
     pub index: Arc<Index>,
-    pub queue: Arc<Queue>,
+    pub sink: Sink,
     pub metrics: Arc<Metrics>,
     pub scope: Arc<ScopeFilter>,
     pub ready: Arc<ReadyTracker>,
-    /// Resumes Deployments paused by rekindle (absent when no workload is ever written).
-    pub pause: Option<Arc<PauseReconciler>>,
-    /// `--webhook-url` mode: changes are POSTed instead of reloading.
-    pub notifier: Option<Arc<Notifier>>,
-    /// CSI: ignore/match flags of SecretProviderClasses, by (namespace, name).
-    pub spc_flags: Mutex<std::collections::HashMap<(String, String), ResourceFlags>>,
     /// First state streamed as watch events (`--streaming-lists`) rather than listed in pages.
     pub streaming_lists: bool,
 }
@@ -116,18 +128,35 @@ impl Ctx {
         }
     }
 
-    fn notify(
-        &self,
-        dependents: &[WorkloadKey],
-        key: &ResourceKey,
-        hash: &str,
-        flags: ResourceFlags,
-    ) -> bool {
-        let Some(notifier) = &self.notifier else {
-            return false;
-        };
+    /// Hands the workloads a change triggers to the sink; returns the `result` label of
+    /// `reloader_events_processed_total`.
+    fn triggered(&self, dependents: &[WorkloadKey], change: Changed<'_>) -> &'static str {
+        match &self.sink {
+            Sink::Notify(notifier) => {
+                self.notify(notifier, dependents, &change);
+                "notified"
+            }
+            Sink::Reload { queue, .. } => {
+                if let Some(at) = change.written_at {
+                    self.index.record_change(change.key, at);
+                }
+                self.enqueue(
+                    queue,
+                    dependents,
+                    change.key.kind,
+                    &change.key.name,
+                    change.event,
+                    change.observed,
+                );
+                "queued"
+            }
+        }
+    }
+
+    fn notify(&self, notifier: &Notifier, dependents: &[WorkloadKey], change: &Changed<'_>) {
+        let key = change.key;
         if !self.scope.namespace_in_scope(&key.namespace) {
-            return true;
+            return;
         }
         let in_scope: Vec<WorkloadKey> = dependents
             .iter()
@@ -140,7 +169,7 @@ impl Ctx {
             &in_scope,
             key.kind,
             &key.name,
-            flags,
+            change.flags,
         );
         for w in dependents {
             self.metrics.scanned(w.kind.name());
@@ -152,10 +181,9 @@ impl Ctx {
             key.kind,
             &key.namespace,
             &key.name,
-            hash,
+            change.hash,
             &workloads,
         ));
-        true
     }
 
     /// A workload the index had not confirmed yet may have been created just before a change of a
@@ -163,13 +191,14 @@ impl Ctx {
     /// unknown until the watch names it): reload it now rather than at the next consistency pass, or
     /// never (a workload without markers).
     fn reload_if_stale(&self, key: &WorkloadKey, created_at: Option<i64>) {
-        if self.notifier.is_some() {
+        let Sink::Reload { queue, .. } = &self.sink else {
             return;
-        }
+        };
         let now = Instant::now();
         for r in self.index.missed_changes_of(key, created_at) {
             tracing::info!(workload = %key, resource = %r.name, "new workload missed a change of a resource it uses; reloading");
             self.enqueue(
+                queue,
                 std::slice::from_ref(key),
                 r.kind,
                 &r.name,
@@ -181,6 +210,7 @@ impl Ctx {
 
     fn enqueue(
         &self,
+        queue: &Queue,
         dependents: &[WorkloadKey],
         kind: ResourceKind,
         name: &str,
@@ -201,334 +231,8 @@ impl Ctx {
                 name: name.to_string(),
             };
             let lone = self.index.has_one_trigger(w);
-            if self.queue.push(w.clone(), r, event, observed, lone) == Pushed::Coalesced {
+            if queue.push(w.clone(), r, event, observed, lone) == Pushed::Coalesced {
                 self.metrics.reloads_coalesced.inc();
-            }
-        }
-    }
-}
-
-fn flags_of<K: Resource>(plan: &PlanConfig, obj: &K) -> ResourceFlags {
-    ResourceFlags::from_annotations(&plan.policy.keys, obj.annotations())
-}
-
-/// Watches one kind of configuration resource. `hash` computes Reloader's hash of an object.
-pub async fn resources<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    kind: ResourceKind,
-    label: &'static str,
-    namespace: Option<String>,
-    hash: fn(&K) -> String,
-    ctx: Arc<Ctx>,
-) where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
-{
-    let watch_name = format!("{label}/{}", namespace.as_deref().unwrap_or("*"));
-    let mut stream = watcher(api, config).default_backoff().boxed();
-    let mut first_sync = true;
-    let mut seen: HashSet<ResourceKey> = HashSet::new();
-    while let Some(event) = stream.next().await {
-        let event = match event {
-            Ok(e) => e,
-            Err(e) => {
-                ctx.metrics
-                    .watch_restarts
-                    .get_or_create(&WatchLabels {
-                        resource: label.into(),
-                    })
-                    .inc();
-                tracing::warn!(watch = %watch_name, error = %e, "watch failed; retrying with backoff");
-                continue;
-            }
-        };
-        match event {
-            WatchEvent::Init => seen.clear(),
-            WatchEvent::InitApply(obj) => {
-                let key =
-                    ResourceKey::new(kind, &obj.namespace().unwrap_or_default(), &obj.name_any());
-                seen.insert(key.clone());
-                upsert(
-                    &ctx,
-                    key,
-                    hash(&obj),
-                    flags_of(&ctx.plan, &obj),
-                    (!first_sync).then(|| last_write(obj.meta())),
-                    label,
-                );
-            }
-            WatchEvent::InitDone => {
-                if !first_sync {
-                    for key in ctx.index.resource_keys(kind, namespace.as_deref()) {
-                        if !seen.contains(&key) {
-                            remove(&ctx, &key, label);
-                        }
-                    }
-                }
-                seen.clear();
-                if first_sync {
-                    first_sync = false;
-                    tracing::info!(watch = %watch_name, "synced");
-                    ctx.ready.synced(&watch_name);
-                }
-            }
-            WatchEvent::Apply(obj) => {
-                let key =
-                    ResourceKey::new(kind, &obj.namespace().unwrap_or_default(), &obj.name_any());
-                upsert(
-                    &ctx,
-                    key,
-                    hash(&obj),
-                    flags_of(&ctx.plan, &obj),
-                    Some(last_write(obj.meta())),
-                    label,
-                );
-            }
-            WatchEvent::Delete(obj) => {
-                let key =
-                    ResourceKey::new(kind, &obj.namespace().unwrap_or_default(), &obj.name_any());
-                remove(&ctx, &key, label);
-            }
-        }
-    }
-}
-
-/// When the apiserver last wrote the object (Unix seconds): the newest managedFields time, else now.
-fn last_write(meta: &ObjectMeta) -> i64 {
-    meta.managed_fields
-        .iter()
-        .flatten()
-        .filter_map(|f| f.time.as_ref())
-        .map(|t| t.0.as_second())
-        .max()
-        .unwrap_or_else(|| jiff::Timestamp::now().as_second())
-}
-
-/// Records a resource; `written_at` is `Some` (the time of the write) when a change may trigger reloads,
-/// `None` during the first list.
-fn upsert(
-    ctx: &Ctx,
-    key: ResourceKey,
-    hash: String,
-    flags: ResourceFlags,
-    written_at: Option<i64>,
-    label: &str,
-) {
-    let observed = Instant::now();
-    let update = ctx.index.update_resource(
-        &key,
-        ResourceEntry {
-            hash: hash.as_str().into(),
-            flags,
-        },
-    );
-    let Some(written_at) = written_at else {
-        return;
-    };
-    let event = if update.previous.is_some() {
-        Event::Update
-    } else {
-        Event::Create
-    };
-    ctx.metrics.event(
-        if event == Event::Create {
-            "add"
-        } else {
-            "update"
-        },
-        label,
-    );
-    let event_type = if event == Event::Create {
-        "add"
-    } else {
-        "update"
-    };
-    if update.previous.is_some_and(|p| *p.hash == *hash) {
-        // Labels, annotations or metadata only: nothing a pod sees has changed.
-        ctx.metrics.skip("no_data_change");
-        ctx.metrics.processed(event_type, label, "no_data_change");
-        return;
-    }
-    if event == Event::Create && !ctx.plan.reload_on_create {
-        ctx.metrics.processed(event_type, label, "event_disabled");
-        return;
-    }
-    if ctx.notify(&update.dependents, &key, &hash, flags) {
-        ctx.metrics.processed(event_type, label, "notified");
-        ctx.metrics.reconciled(observed.elapsed().as_secs_f64());
-        return;
-    }
-    ctx.index.record_change(&key, written_at);
-    ctx.enqueue(&update.dependents, key.kind, &key.name, event, observed);
-    ctx.metrics.processed(event_type, label, "queued");
-    ctx.metrics.reconciled(observed.elapsed().as_secs_f64());
-}
-
-fn remove(ctx: &Ctx, key: &ResourceKey, label: &str) {
-    let observed = Instant::now();
-    let update = ctx.index.remove_resource(key);
-    ctx.metrics.event("delete", label);
-    if !ctx.plan.reload_on_delete {
-        ctx.metrics.processed("delete", label, "event_disabled");
-        return;
-    }
-    let hash = crate::core::hash::delete_marker_hash();
-    let result = if ctx.notify(
-        &update.dependents,
-        key,
-        &hash,
-        update.previous.map(|p| p.flags).unwrap_or_default(),
-    ) {
-        "notified"
-    } else {
-        ctx.enqueue(
-            &update.dependents,
-            key.kind,
-            &key.name,
-            Event::Delete,
-            observed,
-        );
-        "queued"
-    };
-    ctx.metrics.processed("delete", label, result);
-    ctx.metrics.reconciled(observed.elapsed().as_secs_f64());
-}
-
-/// Watches one workload kind, keeping only references, policy annotations and markers.
-pub async fn workloads(
-    client: Client,
-    kind: WorkloadKind,
-    namespace: Option<String>,
-    ctx: Arc<Ctx>,
-) {
-    let ar = kind.api_resource();
-    let api: Api<DynamicObject> = match &namespace {
-        Some(ns) => Api::namespaced_with(client, ns, &ar),
-        None => Api::all_with(client, &ar),
-    };
-    let watch_name = format!("{}/{}", kind.name(), namespace.as_deref().unwrap_or("*"));
-    let mut stream = watcher(api, ctx.list_config(watcher::Config::default()))
-        .default_backoff()
-        .boxed();
-    let mut first_sync = true;
-    let mut seen: HashSet<WorkloadKey> = HashSet::new();
-    let key_of = |obj: &DynamicObject| WorkloadKey {
-        kind,
-        namespace: obj.namespace().unwrap_or_default(),
-        name: obj.name_any(),
-    };
-    // `check_stale`: the first sync is followed by a full catch-up; later sightings are checked here.
-    let apply = |obj: &DynamicObject, check_stale: bool| match serde_json::to_value(obj) {
-        Ok(value) => {
-            let key = key_of(obj);
-            if let Some(pause) = &ctx.pause {
-                pause.observe(&key, &value);
-            }
-            let new = ctx.index.apply_workload(
-                key.clone(),
-                WorkloadEntry::from_stored(&ctx.plan, &value, kind),
-            );
-            if new && check_stale {
-                let created_at = obj.metadata.creation_timestamp.as_ref();
-                ctx.reload_if_stale(&key, created_at.map(|t| t.0.as_second()));
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "workload does not serialise; skipped"),
-    };
-    while let Some(event) = stream.next().await {
-        let event = match event {
-            Ok(e) => e,
-            Err(e) => {
-                ctx.metrics
-                    .watch_restarts
-                    .get_or_create(&WatchLabels {
-                        resource: kind.name().to_ascii_lowercase(),
-                    })
-                    .inc();
-                tracing::warn!(watch = %watch_name, error = %e, "watch failed; retrying with backoff");
-                continue;
-            }
-        };
-        match event {
-            WatchEvent::Init => seen.clear(),
-            WatchEvent::InitApply(obj) => {
-                seen.insert(key_of(&obj));
-                apply(&obj, !first_sync);
-            }
-            WatchEvent::InitDone => {
-                if !first_sync {
-                    for key in ctx.index.workload_keys(kind, namespace.as_deref()) {
-                        if !seen.contains(&key) {
-                            ctx.index.delete_workload(&key);
-                        }
-                    }
-                }
-                seen.clear();
-                if first_sync {
-                    first_sync = false;
-                    tracing::info!(watch = %watch_name, "synced");
-                    ctx.ready.synced(&watch_name);
-                }
-            }
-            WatchEvent::Apply(obj) => apply(&obj, !first_sync),
-            WatchEvent::Delete(obj) => ctx.index.delete_workload(&key_of(&obj)),
-        }
-    }
-}
-
-/// Watches an optional workload API (Argo Rollouts, DeploymentConfigs): absent is a warning, and the
-/// watch starts when the API appears. Readiness never waits for it.
-pub async fn optional_workloads(
-    client: Client,
-    kind: WorkloadKind,
-    namespace: Option<String>,
-    ctx: Arc<Ctx>,
-) {
-    let ar = kind.api_resource();
-    wait_for_api(&client, &ar).await;
-    tracing::info!(kind = %kind, "optional API served; watching it");
-    ctx.ready.expect(&format!(
-        "{}/{}",
-        kind.name(),
-        namespace.as_deref().unwrap_or("*")
-    ));
-    workloads(client, kind, namespace, ctx).await;
-}
-
-/// Keeps the namespace selector's matching set current, so namespaces that start or stop matching take
-/// effect without a restart.
-pub async fn namespaces(client: Client, ctx: Arc<Ctx>) {
-    let api: Api<Namespace> = Api::all(client);
-    let mut stream = watcher(api, ctx.list_config(watcher::Config::default()))
-        .default_backoff()
-        .boxed();
-    let mut first_sync = true;
-    let labels = |ns: &Namespace| {
-        ns.labels()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect::<BTreeMap<_, _>>()
-    };
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(WatchEvent::Apply(ns)) | Ok(WatchEvent::InitApply(ns)) => {
-                ctx.metrics.event("update", "namespaces");
-                ctx.scope.observe_namespace(&ns.name_any(), &labels(&ns));
-            }
-            Ok(WatchEvent::Delete(ns)) => ctx.scope.forget_namespace(&ns.name_any()),
-            Ok(WatchEvent::InitDone) if first_sync => {
-                first_sync = false;
-                ctx.ready.synced("namespaces");
-            }
-            Ok(_) => {}
-            Err(e) => {
-                ctx.metrics
-                    .watch_restarts
-                    .get_or_create(&WatchLabels {
-                        resource: "namespaces".into(),
-                    })
-                    .inc();
-                tracing::warn!(error = %e, "namespace watch failed; retrying with backoff");
             }
         }
     }
@@ -548,107 +252,6 @@ pub async fn wait_for_api(client: &Client, ar: &ApiResource) {
             }
         }
         tokio::time::sleep(std::time::Duration::from_secs(30)).await;
-    }
-}
-
-/// CSI: SecretProviderClassPodStatuses give each SecretProviderClass its current hash (that of its most
-/// recently updated SPCPS). Many pods of one workload with the same versions make one hash: one reload.
-pub async fn spcps(
-    client: Client,
-    namespace: Option<String>,
-    labels: Option<String>,
-    ctx: Arc<Ctx>,
-) {
-    let ar = csi::pod_statuses();
-    wait_for_api(&client, &ar).await;
-    let api: Api<DynamicObject> = match &namespace {
-        Some(ns) => Api::namespaced_with(client, ns, &ar),
-        None => Api::all_with(client, &ar),
-    };
-    let mut config = ctx.list_config(watcher::Config::default());
-    if let Some(l) = &labels {
-        config = config.labels(l);
-    }
-    let mut stream = watcher(api, config).default_backoff().boxed();
-    let mut first_sync = true;
-    while let Some(event) = stream.next().await {
-        let obj = match event {
-            Ok(WatchEvent::Apply(o)) => Some((o, true)),
-            Ok(WatchEvent::InitApply(o)) => Some((o, !first_sync)),
-            Ok(WatchEvent::InitDone) => {
-                first_sync = false;
-                None
-            }
-            // A pod went away; its SecretProviderClass still exists.
-            Ok(_) => None,
-            Err(e) => {
-                ctx.metrics
-                    .watch_restarts
-                    .get_or_create(&WatchLabels {
-                        resource: "secretproviderclasspodstatuses".into(),
-                    })
-                    .inc();
-                tracing::warn!(error = %e, "SecretProviderClassPodStatus watch failed; retrying with backoff");
-                None
-            }
-        };
-        let Some((obj, trigger)) = obj else { continue };
-        let Ok(value) = serde_json::to_value(&obj) else {
-            continue;
-        };
-        let Some((class, hash)) = crate::core::hash::spcps_hash_json(&value) else {
-            continue;
-        };
-        let ns = obj.namespace().unwrap_or_default();
-        let flags = ctx
-            .spc_flags
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(ns.clone(), class.clone()))
-            .copied()
-            .unwrap_or_default();
-        upsert(
-            &ctx,
-            ResourceKey::new(ResourceKind::SecretProviderClass, &ns, &class),
-            hash,
-            flags,
-            trigger.then(|| last_write(obj.meta())),
-            "secretproviderclasspodstatuses",
-        );
-    }
-}
-
-/// CSI: the ignore/match annotations of SecretProviderClasses.
-pub async fn spcs(client: Client, namespace: Option<String>, ctx: Arc<Ctx>) {
-    let ar = csi::secret_provider_classes();
-    wait_for_api(&client, &ar).await;
-    let api: Api<DynamicObject> = match &namespace {
-        Some(ns) => Api::namespaced_with(client, ns, &ar),
-        None => Api::all_with(client, &ar),
-    };
-    let mut stream = watcher(api, ctx.list_config(watcher::Config::default()))
-        .default_backoff()
-        .boxed();
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(WatchEvent::Apply(o)) | Ok(WatchEvent::InitApply(o)) => {
-                let flags = flags_of(&ctx.plan, &o);
-                ctx.spc_flags
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert((o.namespace().unwrap_or_default(), o.name_any()), flags);
-            }
-            Ok(WatchEvent::Delete(o)) => {
-                ctx.spc_flags
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&(o.namespace().unwrap_or_default(), o.name_any()));
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "SecretProviderClass watch failed; retrying with backoff")
-            }
-        }
     }
 }
 

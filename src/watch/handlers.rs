@@ -1,0 +1,418 @@
+//! The handler of each watch: what an object of each kind means to the index and the sink.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::DynamicObject;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use super::driver::{self, Handler, WatchName};
+use super::{wait_for_api, Changed, Ctx, Sink};
+use crate::core::kinds::csi;
+use crate::core::plan::{Event, PlanConfig};
+use crate::core::policy::ResourceFlags;
+use crate::core::{ResourceKind, WorkloadKind};
+use crate::index::{ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
+
+fn flags_of<K: Resource>(plan: &PlanConfig, obj: &K) -> ResourceFlags {
+    ResourceFlags::from_annotations(&plan.policy.keys, obj.annotations())
+}
+
+fn watch_name(what: &str, namespace: Option<&str>) -> String {
+    format!("{what}/{}", namespace.unwrap_or("*"))
+}
+
+fn dynamic_api(
+    client: Client,
+    namespace: Option<&str>,
+    ar: &kube::discovery::ApiResource,
+) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client, ns, ar),
+        None => Api::all_with(client, ar),
+    }
+}
+
+/// When the apiserver last wrote the object (Unix seconds): the newest managedFields time, else now.
+fn last_write(meta: &ObjectMeta) -> i64 {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|f| f.time.as_ref())
+        .map(|t| t.0.as_second())
+        .max()
+        .unwrap_or_else(|| jiff::Timestamp::now().as_second())
+}
+
+/// Records a resource's hash; `written_at` is `Some` (the time of the write) when a change may
+/// trigger reloads, `None` during the first list.
+fn upsert(
+    ctx: &Ctx,
+    key: ResourceKey,
+    hash: String,
+    flags: ResourceFlags,
+    written_at: Option<i64>,
+    label: &str,
+) {
+    let observed = Instant::now();
+    let update = ctx.index.update_resource(
+        &key,
+        ResourceEntry {
+            hash: hash.as_str().into(),
+            flags,
+        },
+    );
+    let Some(written_at) = written_at else {
+        return;
+    };
+    let (event, event_type) = match update.previous {
+        Some(_) => (Event::Update, "update"),
+        None => (Event::Create, "add"),
+    };
+    ctx.metrics.event(event_type, label);
+    if update.previous.is_some_and(|p| *p.hash == *hash) {
+        // Labels, annotations or metadata only: nothing a pod sees has changed.
+        ctx.metrics.skip("no_data_change");
+        ctx.metrics.processed(event_type, label, "no_data_change");
+        return;
+    }
+    if event == Event::Create && !ctx.plan.reload_on_create {
+        ctx.metrics.processed(event_type, label, "event_disabled");
+        return;
+    }
+    let result = ctx.triggered(
+        &update.dependents,
+        Changed {
+            key: &key,
+            hash: &hash,
+            flags,
+            event,
+            observed,
+            written_at: Some(written_at),
+        },
+    );
+    ctx.metrics.processed(event_type, label, result);
+    ctx.metrics.reconciled(observed.elapsed().as_secs_f64());
+}
+
+fn remove(ctx: &Ctx, key: &ResourceKey, label: &str) {
+    let observed = Instant::now();
+    let update = ctx.index.remove_resource(key);
+    ctx.metrics.event("delete", label);
+    if !ctx.plan.reload_on_delete {
+        ctx.metrics.processed("delete", label, "event_disabled");
+        return;
+    }
+    let hash = crate::core::hash::delete_marker_hash();
+    let result = ctx.triggered(
+        &update.dependents,
+        Changed {
+            key,
+            hash: &hash,
+            flags: update.previous.map(|p| p.flags).unwrap_or_default(),
+            event: Event::Delete,
+            observed,
+            written_at: None,
+        },
+    );
+    ctx.metrics.processed("delete", label, result);
+    ctx.metrics.reconciled(observed.elapsed().as_secs_f64());
+}
+
+/// ConfigMaps or Secrets of one namespace (or all).
+struct Resources<K> {
+    kind: ResourceKind,
+    label: &'static str,
+    namespace: Option<String>,
+    hash: fn(&K) -> String,
+}
+
+impl<K: Resource> Handler<K> for Resources<K>
+where
+    K: Send,
+{
+    type Key = ResourceKey;
+
+    fn key(&self, obj: &K) -> ResourceKey {
+        ResourceKey::new(
+            self.kind,
+            &obj.namespace().unwrap_or_default(),
+            &obj.name_any(),
+        )
+    }
+
+    fn apply(&mut self, ctx: &Ctx, obj: K, live: bool) {
+        let written_at = live.then(|| last_write(obj.meta()));
+        upsert(
+            ctx,
+            self.key(&obj),
+            (self.hash)(&obj),
+            flags_of(&ctx.plan, &obj),
+            written_at,
+            self.label,
+        );
+    }
+
+    fn delete(&mut self, ctx: &Ctx, key: &ResourceKey) {
+        remove(ctx, key, self.label);
+    }
+
+    fn known(&self, ctx: &Ctx) -> Vec<ResourceKey> {
+        ctx.index
+            .resource_keys(self.kind, self.namespace.as_deref())
+    }
+}
+
+/// Watches one kind of configuration resource. `hash` computes Reloader's hash of an object.
+pub async fn resources<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    kind: ResourceKind,
+    label: &'static str,
+    namespace: Option<String>,
+    hash: fn(&K) -> String,
+    ctx: Arc<Ctx>,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let id = WatchName {
+        name: watch_name(label, namespace.as_deref()),
+        resource: label.into(),
+    };
+    let handler = Resources {
+        kind,
+        label,
+        namespace,
+        hash,
+    };
+    driver::run(api, config, id, handler, ctx).await;
+}
+
+/// Workloads of one kind: references, policy annotations, markers and a skeleton, kept in the index.
+struct Workloads {
+    kind: WorkloadKind,
+    namespace: Option<String>,
+}
+
+impl Handler<DynamicObject> for Workloads {
+    type Key = WorkloadKey;
+
+    fn key(&self, obj: &DynamicObject) -> WorkloadKey {
+        WorkloadKey {
+            kind: self.kind,
+            namespace: obj.namespace().unwrap_or_default(),
+            name: obj.name_any(),
+        }
+    }
+
+    /// `live`: the first sync is followed by a full catch-up; later sightings are checked here.
+    fn apply(&mut self, ctx: &Ctx, obj: DynamicObject, live: bool) {
+        let value = match serde_json::to_value(&obj) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "workload does not serialise; skipped");
+                return;
+            }
+        };
+        let key = self.key(&obj);
+        if let Sink::Reload { pause, .. } = &ctx.sink {
+            pause.observe(&key, &value);
+        }
+        let new = ctx.index.apply_workload(
+            key.clone(),
+            WorkloadEntry::from_stored(&ctx.plan, &value, self.kind),
+        );
+        if new && live {
+            let created_at = obj.metadata.creation_timestamp.as_ref();
+            ctx.reload_if_stale(&key, created_at.map(|t| t.0.as_second()));
+        }
+    }
+
+    fn delete(&mut self, ctx: &Ctx, key: &WorkloadKey) {
+        ctx.index.delete_workload(key);
+    }
+
+    fn known(&self, ctx: &Ctx) -> Vec<WorkloadKey> {
+        ctx.index
+            .workload_keys(self.kind, self.namespace.as_deref())
+    }
+}
+
+/// Watches one workload kind.
+pub async fn workloads(
+    client: Client,
+    kind: WorkloadKind,
+    namespace: Option<String>,
+    ctx: Arc<Ctx>,
+) {
+    let api = dynamic_api(client, namespace.as_deref(), &kind.api_resource());
+    let id = WatchName {
+        name: watch_name(kind.name(), namespace.as_deref()),
+        resource: kind.name().to_ascii_lowercase(),
+    };
+    let config = ctx.list_config(watcher::Config::default());
+    driver::run(api, config, id, Workloads { kind, namespace }, ctx).await;
+}
+
+/// Watches an optional workload API (Argo Rollouts, DeploymentConfigs): absent is a warning, and the
+/// watch starts when the API appears. Readiness never waits for it.
+pub async fn optional_workloads(
+    client: Client,
+    kind: WorkloadKind,
+    namespace: Option<String>,
+    ctx: Arc<Ctx>,
+) {
+    wait_for_api(&client, &kind.api_resource()).await;
+    tracing::info!(kind = %kind, "optional API served; watching it");
+    ctx.ready
+        .expect(&watch_name(kind.name(), namespace.as_deref()));
+    workloads(client, kind, namespace, ctx).await;
+}
+
+/// Namespaces, for the namespace selector's matching set: namespaces that start or stop matching take
+/// effect without a restart.
+struct Namespaces;
+
+impl Handler<Namespace> for Namespaces {
+    type Key = String;
+
+    fn key(&self, ns: &Namespace) -> String {
+        ns.name_any()
+    }
+
+    fn apply(&mut self, ctx: &Ctx, ns: Namespace, _live: bool) {
+        ctx.metrics.event("update", "namespaces");
+        let labels: BTreeMap<String, String> = ns
+            .labels()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        ctx.scope.observe_namespace(&ns.name_any(), &labels);
+    }
+
+    fn delete(&mut self, ctx: &Ctx, name: &String) {
+        ctx.scope.forget_namespace(name);
+    }
+
+    fn known(&self, _ctx: &Ctx) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+pub async fn namespaces(client: Client, ctx: Arc<Ctx>) {
+    let api: Api<Namespace> = Api::all(client);
+    let id = WatchName {
+        name: "namespaces".into(),
+        resource: "namespaces".into(),
+    };
+    let config = ctx.list_config(watcher::Config::default());
+    driver::run(api, config, id, Namespaces, ctx).await;
+}
+
+/// CSI: SecretProviderClassPodStatuses give each SecretProviderClass its current hash (that of its most
+/// recently updated SPCPS). Many pods of one workload with the same versions make one hash: one reload.
+struct PodStatuses;
+
+impl Handler<DynamicObject> for PodStatuses {
+    /// Pod statuses leave nothing to clear: a pod going away leaves its class in place.
+    type Key = ();
+
+    fn key(&self, _obj: &DynamicObject) {}
+
+    fn apply(&mut self, ctx: &Ctx, obj: DynamicObject, live: bool) {
+        let Ok(value) = serde_json::to_value(&obj) else {
+            return;
+        };
+        let Some((class, hash)) = crate::core::hash::spcps_hash_json(&value) else {
+            return;
+        };
+        let key = ResourceKey::new(
+            ResourceKind::SecretProviderClass,
+            &obj.namespace().unwrap_or_default(),
+            &class,
+        );
+        let flags = ctx.index.class_flags(&key);
+        upsert(
+            ctx,
+            key,
+            hash,
+            flags,
+            live.then(|| last_write(obj.meta())),
+            "secretproviderclasspodstatuses",
+        );
+    }
+
+    fn delete(&mut self, _ctx: &Ctx, _key: &()) {}
+
+    fn known(&self, _ctx: &Ctx) -> Vec<()> {
+        Vec::new()
+    }
+}
+
+pub async fn spcps(
+    client: Client,
+    namespace: Option<String>,
+    labels: Option<String>,
+    ctx: Arc<Ctx>,
+) {
+    let ar = csi::pod_statuses();
+    wait_for_api(&client, &ar).await;
+    let api = dynamic_api(client, namespace.as_deref(), &ar);
+    let mut config = ctx.list_config(watcher::Config::default());
+    if let Some(l) = &labels {
+        config = config.labels(l);
+    }
+    let id = WatchName {
+        name: watch_name("secretproviderclasspodstatuses", namespace.as_deref()),
+        resource: "secretproviderclasspodstatuses".into(),
+    };
+    driver::run(api, config, id, PodStatuses, ctx).await;
+}
+
+/// CSI: the ignore/match annotations of SecretProviderClasses, kept in the index.
+struct Classes {
+    namespace: Option<String>,
+}
+
+impl Handler<DynamicObject> for Classes {
+    type Key = ResourceKey;
+
+    fn key(&self, obj: &DynamicObject) -> ResourceKey {
+        ResourceKey::new(
+            ResourceKind::SecretProviderClass,
+            &obj.namespace().unwrap_or_default(),
+            &obj.name_any(),
+        )
+    }
+
+    fn apply(&mut self, ctx: &Ctx, obj: DynamicObject, _live: bool) {
+        ctx.index
+            .set_class_flags(self.key(&obj), flags_of(&ctx.plan, &obj));
+    }
+
+    fn delete(&mut self, ctx: &Ctx, key: &ResourceKey) {
+        ctx.index.remove_class_flags(key);
+    }
+
+    fn known(&self, ctx: &Ctx) -> Vec<ResourceKey> {
+        ctx.index.class_flag_keys(self.namespace.as_deref())
+    }
+}
+
+pub async fn spcs(client: Client, namespace: Option<String>, ctx: Arc<Ctx>) {
+    let ar = csi::secret_provider_classes();
+    wait_for_api(&client, &ar).await;
+    let api = dynamic_api(client, namespace.as_deref(), &ar);
+    let id = WatchName {
+        name: watch_name("secretproviderclasses", namespace.as_deref()),
+        resource: "secretproviderclasses".into(),
+    };
+    let config = ctx.list_config(watcher::Config::default());
+    driver::run(api, config, id, Classes { namespace }, ctx).await;
+}
