@@ -101,6 +101,35 @@ impl ReloadingCert {
     }
 }
 
+impl ReloadingCert {
+    /// Loads a new pair as soon as its files change (and every 10 s where file events are not
+    /// delivered), keeping `expiry` (seconds since the epoch) current, until `shutdown`.
+    pub fn keep_fresh(
+        self: Arc<Self>,
+        expiry: prometheus_client::metrics::gauge::Gauge,
+        shutdown: CancellationToken,
+    ) {
+        expiry.set(self.not_after().unwrap_or(0));
+        let mut changed = watch_files(&[self.cert.as_path(), self.key.as_path()]);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(10));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    Some(()) = changed.next() => {
+                        // Let the writer finish both files before reading them.
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    _ = shutdown.cancelled() => break,
+                }
+                if self.refresh() {
+                    expiry.set(self.not_after().unwrap_or(0));
+                }
+            }
+        });
+    }
+}
+
 impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(

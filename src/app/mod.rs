@@ -1,7 +1,9 @@
 //! Wiring only: the client, the registry, the index, the servers, the watches and the writer.
 
+mod housekeeping;
+
+use housekeeping::Housekeeping;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
@@ -29,9 +31,6 @@ use crate::reload::writer::Writer;
 use crate::server::admin::{self, Health};
 use crate::server::{bind, tls};
 use crate::watch::{self, Ctx, ReadyTracker, Sink};
-
-/// How long an admission record may wait for the watch to confirm it.
-const PROVISIONAL_TTL: Duration = Duration::from_secs(60);
 
 /// ConfigMaps and Secrets per list page at start-up and re-list.
 const RESOURCE_LIST_PAGE: u32 = 100;
@@ -232,30 +231,11 @@ async fn run(config: Config) -> Result<()> {
             let certs = tls::ReloadingCert::new(cert, key)?;
             let tls_config =
                 tls::server_config(certs.clone(), config.tls_min_version, config.webhook_http2)?;
-            let cert_expiry = metrics.tls_cert_not_after.clone();
-            cert_expiry.set(certs.not_after().unwrap_or(0));
             let listener = bind(config.webhook_addr)
                 .await
                 .with_context(|| format!("binding --webhook-addr {}", config.webhook_addr))?;
             tracing::info!(addr = %listener.local_addr()?, "admission webhook listening");
-            let refresh_shutdown = shutdown.clone();
-            let mut changed = tls::watch_files(&[cert.as_path(), key.as_path()]);
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(Duration::from_secs(10));
-                loop {
-                    tokio::select! {
-                        _ = tick.tick() => {}
-                        Some(()) = changed.next() => {
-                            // Let the writer finish both files before reading them.
-                            tokio::time::sleep(Duration::from_millis(200)).await;
-                        }
-                        _ = refresh_shutdown.cancelled() => break,
-                    }
-                    if certs.refresh() {
-                        cert_expiry.set(certs.not_after().unwrap_or(0));
-                    }
-                }
-            });
+            certs.keep_fresh(metrics.tls_cert_not_after.clone(), shutdown.clone());
             Some(tokio::spawn(tls::serve(
                 listener,
                 tls_config,
@@ -405,73 +385,20 @@ async fn run(config: Config) -> Result<()> {
     };
 
     // Catch-up once every watch has synced, then the periodic consistency pass.
-    let housekeeping = {
-        let (index, queue, metrics, scope, ctx, shutdown) = (
-            index.clone(),
-            queue.clone(),
-            metrics.clone(),
-            scope.clone(),
-            ctx.clone(),
-            shutdown.clone(),
-        );
-        let interval = config.consistency_interval;
-        let notify_only = config.webhook_url.is_some();
-        let replay_creates = config.sync_after_restart && config.plan.reload_on_create;
-        let leadership = leadership.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = ready.all_synced.notified() => {}
-                _ = shutdown.cancelled() => return,
-            }
-            tracing::info!(sizes = ?index.sizes(), "all watches synced; ready");
-            metrics.ready.set(1);
-            if replay_creates && !notify_only {
-                // Reloader's --sync-after-restart replay: existing resources whose marker a workload
-                // lacks count as created.
-                let now = tokio::time::Instant::now();
-                for (key, r) in index.absent_markers() {
-                    if scope.namespace_in_scope(&key.namespace) {
-                        queue.push(key, r, crate::core::plan::Event::Create, now, false);
-                    }
-                }
-            }
-            let mut consistency = tokio::time::interval_at(tokio::time::Instant::now(), interval);
-            let mut gauges = tokio::time::interval(Duration::from_secs(5));
-            // Its first tick is immediate: the peak of the first sync is handed back at once.
-            let mut trim = tokio::time::interval(HEAP_TRIM_INTERVAL);
-            let mut leader_check = tokio::time::interval(Duration::from_millis(500));
-            let mut was_leader = leadership.is_leader();
-            loop {
-                tokio::select! {
-                    _ = consistency.tick() => {
-                        if notify_only || !leadership.is_leader() { continue; }
-                        catch_up(&index, &queue, &scope, &ctx);
-                    }
-                    _ = leader_check.tick() => {
-                        let leading = leadership.is_leader();
-                        metrics.leader.set(i64::from(leading));
-                        // A new leader catches up at once: failover loses nothing.
-                        if leading && !was_leader && !notify_only {
-                            catch_up(&index, &queue, &scope, &ctx);
-                        }
-                        was_leader = leading;
-                    }
-                    _ = trim.tick() => release_free_heap(),
-                    _ = gauges.tick() => {
-                        index.expire_provisional(PROVISIONAL_TTL);
-                        index.expire_recent_changes();
-                        let s = index.sizes();
-                        metrics.index_resources.set(s.resources as i64);
-                        metrics.index_workloads.set(s.workloads as i64);
-                        metrics.index_provisional.set(s.provisional as i64);
-                        metrics.queue_depth.set(queue.depth() as i64);
-                        metrics.workqueue_depth.set(queue.depth() as i64);
-                    }
-                    _ = shutdown.cancelled() => return,
-                }
-            }
-        })
-    };
+    let housekeeping = tokio::spawn(
+        Housekeeping {
+            index: index.clone(),
+            catch_up: config.webhook_url.is_none().then(|| queue.clone()),
+            metrics: metrics.clone(),
+            scope: scope.clone(),
+            plan: config.plan.clone(),
+            ready,
+            leadership: leadership.clone(),
+            consistency_interval: config.consistency_interval,
+            replay_creates: config.sync_after_restart && config.plan.reload_on_create,
+        }
+        .run(shutdown.clone()),
+    );
 
     wait_for_signal().await;
     tracing::info!("shutting down: failing readiness, draining");
@@ -501,25 +428,6 @@ async fn run(config: Config) -> Result<()> {
     Ok(())
 }
 
-/// Re-queues every workload whose marker differs from the current hash (catch-up, consistency pass).
-fn catch_up(index: &Index, queue: &Queue, scope: &ScopeFilter, ctx: &Ctx) {
-    let stale = index.stale_markers();
-    if !stale.is_empty() {
-        tracing::info!(
-            count = stale.len(),
-            "markers differ from current hashes; reloading"
-        );
-    }
-    let now = tokio::time::Instant::now();
-    for (key, r) in stale {
-        if scope.namespace_in_scope(&key.namespace)
-            && !ctx.plan.policy.ignored_workload_types.contains(&key.kind)
-        {
-            queue.push(key, r, crate::core::plan::Event::Update, now, false);
-        }
-    }
-}
-
 async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     match signal(SignalKind::terminate()) {
@@ -532,19 +440,5 @@ async fn wait_for_signal() {
         Err(_) => {
             let _ = tokio::signal::ctrl_c().await;
         }
-    }
-}
-
-/// How often memory freed since the last time is handed back to the OS.
-const HEAP_TRIM_INTERVAL: Duration = Duration::from_secs(60);
-
-/// Hands freed heap memory back to the OS. A list of tens of thousands of objects (the first sync, or a
-/// re-list after a watch gap) peaks far above the steady state, and glibc keeps freed pages mapped, so
-/// without this RSS would stay at the peak.
-fn release_free_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim has no preconditions; it only returns free pages to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
