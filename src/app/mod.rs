@@ -143,7 +143,10 @@ async fn run(config: Config) -> Result<()> {
         })
         .counting_adds(metrics.workqueue_adds.clone()),
     );
-    let ready = ReadyTracker::new(health.clone());
+    let ready = ReadyTracker::new({
+        let health = health.clone();
+        move || health.set_ready(true)
+    });
     // Built-in kinds are always served; Argo Rollouts (when enabled) and DeploymentConfigs are optional
     // APIs whose watches start when the API appears.
     let ignored = &config.plan.policy.ignored_workload_types;

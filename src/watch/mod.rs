@@ -27,14 +27,14 @@ use crate::metrics::Metrics;
 use crate::outbound::notify::Notifier;
 use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Pushed, Queue};
-use crate::server::admin::Health;
 
 /// Counts watches that finished their first list; ready when all have. Watches register with
 /// [`ReadyTracker::expect`] and the start-up code [`ReadyTracker::seal`]s the set once every watch is
 /// registered: a watch that syncs before the others are registered must not make the process ready.
 pub struct ReadyTracker {
     state: Mutex<Expected>,
-    health: Arc<Health>,
+    /// Called once when ready (the admin server's readiness).
+    on_ready: Box<dyn Fn() + Send + Sync>,
     pub all_synced: Notify,
 }
 
@@ -45,10 +45,10 @@ struct Expected {
 }
 
 impl ReadyTracker {
-    pub fn new(health: Arc<Health>) -> Arc<Self> {
+    pub fn new(on_ready: impl Fn() + Send + Sync + 'static) -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::default(),
-            health,
+            on_ready: Box::new(on_ready),
             all_synced: Notify::new(),
         })
     }
@@ -79,7 +79,7 @@ impl ReadyTracker {
     }
 
     fn fire(&self) {
-        self.health.set_ready(true);
+        (self.on_ready)();
         self.all_synced.notify_waiters();
         self.all_synced.notify_one();
     }
@@ -258,11 +258,15 @@ pub async fn wait_for_api(client: &Client, ar: &ApiResource) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::admin::Health;
 
     #[test]
     fn ready_only_once_sealed_and_every_registered_watch_synced() {
         let health = Arc::new(Health::default());
-        let tracker = ReadyTracker::new(health.clone());
+        let tracker = ReadyTracker::new({
+            let health = health.clone();
+            move || health.set_ready(true)
+        });
         tracker.expect("configmaps/a");
         // The first watch syncs before the second one registered: not ready.
         tracker.synced("configmaps/a");
@@ -276,11 +280,15 @@ mod tests {
         tracker.expect("Rollout/a");
         assert!(health.is_ready());
 
-        let quick = ReadyTracker::new(Arc::new(Health::default()));
+        let quick_health = Arc::new(Health::default());
+        let quick = ReadyTracker::new({
+            let health = quick_health.clone();
+            move || health.set_ready(true)
+        });
         quick.expect("configmaps/*");
         quick.synced("configmaps/*");
-        assert!(!quick.health.is_ready());
+        assert!(!quick_health.is_ready());
         quick.seal();
-        assert!(quick.health.is_ready());
+        assert!(quick_health.is_ready());
     }
 }
