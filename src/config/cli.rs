@@ -420,140 +420,11 @@ impl Config {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<(Config, Vec<String>), FlagError> {
         let mut warnings = Vec::new();
-        let list = |flag: &'static str, values: &[String]| {
-            split_list(values).map_err(|e| flag_err(flag, values.join(","), e))
-        };
-
-        let strategy = match args.reload_strategy.as_str() {
-            "env-vars" => Strategy::EnvVars,
-            "annotations" => Strategy::Annotations,
-            other => {
-                return Err(flag_err(
-                    "reload-strategy",
-                    other,
-                    "expected env-vars or annotations",
-                ))
-            }
-        };
-        let cronjob_strategy = match args.cronjob_strategy.as_str() {
-            "job" => CronJobStrategy::Job,
-            "template" => CronJobStrategy::Template,
-            other => {
-                return Err(flag_err(
-                    "cronjob-strategy",
-                    other,
-                    "expected job or template",
-                ))
-            }
-        };
-
-        let ignored_resources = list("resources-to-ignore", &args.resources_to_ignore)?;
-        let (mut ignore_configmaps, mut ignore_secrets) = (false, false);
-        for r in &ignored_resources {
-            match r.to_ascii_lowercase().as_str() {
-                "configmaps" => ignore_configmaps = true,
-                "secrets" => ignore_secrets = true,
-                _ => {
-                    return Err(flag_err(
-                        "resources-to-ignore",
-                        r.as_str(),
-                        "expected configmaps or secrets",
-                    ))
-                }
-            }
-        }
-        if ignore_configmaps && ignore_secrets {
-            return Err(flag_err(
-                "resources-to-ignore",
-                ignored_resources.join(","),
-                "ignoring both configmaps and secrets leaves nothing to watch",
-            ));
-        }
-
-        let mut ignored_workload_types = BTreeSet::new();
-        for t in list("ignored-workload-types", &args.ignored_workload_types)? {
-            match t.to_ascii_lowercase().as_str() {
-                "jobs" => {
-                    ignored_workload_types.insert(WorkloadKind::Job);
-                }
-                "cronjobs" => {
-                    ignored_workload_types.insert(WorkloadKind::CronJob);
-                }
-                _ => warnings.push(format!("--ignored-workload-types: unknown workload type {t:?} ignored (expected jobs or cronjobs)")),
-            }
-        }
-
-        let log_format = match args.log_format.as_str() {
-            "json" => LogFormat::Json,
-            "" | "text" => LogFormat::Text,
-            other => {
-                warnings.push(format!(
-                    "--log-format: unknown format {other:?}, using text"
-                ));
-                LogFormat::Text
-            }
-        };
-        let log_level = match args.log_level.to_ascii_lowercase().as_str() {
-            "trace" => "trace",
-            "debug" => "debug",
-            "info" => "info",
-            "warn" | "warning" => "warn",
-            "error" | "fatal" | "panic" => "error",
-            other => {
-                warnings.push(format!("--log-level: unknown level {other:?}, using info"));
-                "info"
-            }
-        };
-
-        let mut namespaces: BTreeSet<String> =
-            list("namespaces", &args.namespaces)?.into_iter().collect();
-        if namespaces.is_empty() {
-            if let Some(ns) = env("KUBERNETES_NAMESPACE").filter(|s| !s.trim().is_empty()) {
-                namespaces.insert(ns.trim().to_string());
-            }
-        }
-        let namespaces_to_ignore: BTreeSet<String> =
-            list("namespaces-to-ignore", &args.namespaces_to_ignore)?
-                .into_iter()
-                .collect();
-        let selector_entries = list("namespace-selector", &args.namespace_selector)?;
-        let namespace_selector = Selector::parse_legacy(&selector_entries).map_err(|e| {
-            flag_err(
-                "namespace-selector",
-                selector_entries.join(","),
-                e.to_string(),
-            )
-        })?;
-        let resource_entries = list("resource-label-selector", &args.resource_label_selector)?;
-        let resource_label_selector = Selector::parse_legacy(&resource_entries).map_err(|e| {
-            flag_err(
-                "resource-label-selector",
-                resource_entries.join(","),
-                e.to_string(),
-            )
-        })?;
-        let cluster_wide = namespaces.is_empty();
-        if !cluster_wide && !namespaces_to_ignore.is_empty() {
-            warnings.push("--namespaces-to-ignore applies in cluster-wide mode only; ignored because --namespaces (or KUBERNETES_NAMESPACE) is set".into());
-        }
-        if !cluster_wide && !namespace_selector.is_empty() {
-            warnings.push("--namespace-selector applies in cluster-wide mode only; ignored because --namespaces (or KUBERNETES_NAMESPACE) is set".into());
-        }
-        if args.enable_pprof || args.pprof_addr != ":6060" {
-            warnings.push("--enable-pprof/--pprof-addr are accepted for compatibility; rekindle serves no pprof".into());
-        }
-
-        let scope = Scope {
-            namespaces: (!cluster_wide).then_some(namespaces),
-            namespaces_to_ignore: if cluster_wide {
-                namespaces_to_ignore
-            } else {
-                BTreeSet::new()
-            },
-            namespace_selector: (cluster_wide && !namespace_selector.is_empty())
-                .then_some(namespace_selector),
-        };
-
+        let (strategy, cronjob_strategy) = strategies(args)?;
+        let (ignore_configmaps, ignore_secrets) = ignored_resources(args)?;
+        let ignored_workload_types = ignored_workload_types(args, &mut warnings)?;
+        let (log_format, log_level) = logging(args, &mut warnings);
+        let (scope, resource_label_selector) = scope(args, &env, &mut warnings)?;
         let reload_debounce = duration("reload-debounce", &args.reload_debounce)?;
         let reload_debounce_max = duration("reload-debounce-max", &args.reload_debounce_max)?;
         if reload_debounce_max < reload_debounce {
@@ -606,40 +477,7 @@ impl Config {
             }
         }
 
-        let keys = AnnotationKeys {
-            auto: args.auto_annotation.clone(),
-            configmap_auto: args.configmap_auto_annotation.clone(),
-            secret_auto: args.secret_auto_annotation.clone(),
-            configmap_reload: args.configmap_annotation.clone(),
-            secret_reload: args.secret_annotation.clone(),
-            search: args.auto_search_annotation.clone(),
-            search_match: args.search_match_annotation.clone(),
-            ignore: args.ignore_annotation.clone(),
-            pause_period: args.pause_deployment_annotation.clone(),
-            paused_at: args.pause_deployment_time_annotation.clone(),
-            ..AnnotationKeys::default()
-        };
-        for (flag, key) in [
-            ("auto-annotation", &keys.auto),
-            ("configmap-auto-annotation", &keys.configmap_auto),
-            ("secret-auto-annotation", &keys.secret_auto),
-            ("configmap-annotation", &keys.configmap_reload),
-            ("secret-annotation", &keys.secret_reload),
-            ("auto-search-annotation", &keys.search),
-            ("search-match-annotation", &keys.search_match),
-            ("ignore-annotation", &keys.ignore),
-            ("pause-deployment-annotation", &keys.pause_period),
-            ("pause-deployment-time-annotation", &keys.paused_at),
-        ] {
-            if key.trim().is_empty() {
-                return Err(flag_err(
-                    flag,
-                    key.as_str(),
-                    "an annotation key cannot be empty",
-                ));
-            }
-        }
-
+        let keys = annotation_keys(args)?;
         let config = Config {
             plan: PlanConfig {
                 policy: PolicyConfig {
@@ -695,6 +533,205 @@ impl Config {
         };
         Ok((config, warnings))
     }
+}
+
+/// One list flag, split the way Reloader splits it.
+fn list(flag: &'static str, values: &[String]) -> Result<Vec<String>, FlagError> {
+    split_list(values).map_err(|e| flag_err(flag, values.join(","), e))
+}
+
+fn strategies(args: &ServerArgs) -> Result<(Strategy, CronJobStrategy), FlagError> {
+    let strategy = match args.reload_strategy.as_str() {
+        "env-vars" => Strategy::EnvVars,
+        "annotations" => Strategy::Annotations,
+        other => {
+            return Err(flag_err(
+                "reload-strategy",
+                other,
+                "expected env-vars or annotations",
+            ))
+        }
+    };
+    let cronjob_strategy = match args.cronjob_strategy.as_str() {
+        "job" => CronJobStrategy::Job,
+        "template" => CronJobStrategy::Template,
+        other => {
+            return Err(flag_err(
+                "cronjob-strategy",
+                other,
+                "expected job or template",
+            ))
+        }
+    };
+    Ok((strategy, cronjob_strategy))
+}
+
+/// `--resources-to-ignore`: (ignore ConfigMaps, ignore Secrets).
+fn ignored_resources(args: &ServerArgs) -> Result<(bool, bool), FlagError> {
+    let ignored_resources = list("resources-to-ignore", &args.resources_to_ignore)?;
+    let (mut ignore_configmaps, mut ignore_secrets) = (false, false);
+    for r in &ignored_resources {
+        match r.to_ascii_lowercase().as_str() {
+            "configmaps" => ignore_configmaps = true,
+            "secrets" => ignore_secrets = true,
+            _ => {
+                return Err(flag_err(
+                    "resources-to-ignore",
+                    r.as_str(),
+                    "expected configmaps or secrets",
+                ))
+            }
+        }
+    }
+    if ignore_configmaps && ignore_secrets {
+        return Err(flag_err(
+            "resources-to-ignore",
+            ignored_resources.join(","),
+            "ignoring both configmaps and secrets leaves nothing to watch",
+        ));
+    }
+    Ok((ignore_configmaps, ignore_secrets))
+}
+
+fn ignored_workload_types(
+    args: &ServerArgs,
+    warnings: &mut Vec<String>,
+) -> Result<BTreeSet<WorkloadKind>, FlagError> {
+    let mut ignored_workload_types = BTreeSet::new();
+    for t in list("ignored-workload-types", &args.ignored_workload_types)? {
+        match t.to_ascii_lowercase().as_str() {
+                "jobs" => {
+                    ignored_workload_types.insert(WorkloadKind::Job);
+                }
+                "cronjobs" => {
+                    ignored_workload_types.insert(WorkloadKind::CronJob);
+                }
+                _ => warnings.push(format!("--ignored-workload-types: unknown workload type {t:?} ignored (expected jobs or cronjobs)")),
+            }
+    }
+    Ok(ignored_workload_types)
+}
+
+fn logging(args: &ServerArgs, warnings: &mut Vec<String>) -> (LogFormat, &'static str) {
+    let log_format = match args.log_format.as_str() {
+        "json" => LogFormat::Json,
+        "" | "text" => LogFormat::Text,
+        other => {
+            warnings.push(format!(
+                "--log-format: unknown format {other:?}, using text"
+            ));
+            LogFormat::Text
+        }
+    };
+    let log_level = match args.log_level.to_ascii_lowercase().as_str() {
+        "trace" => "trace",
+        "debug" => "debug",
+        "info" => "info",
+        "warn" | "warning" => "warn",
+        "error" | "fatal" | "panic" => "error",
+        other => {
+            warnings.push(format!("--log-level: unknown level {other:?}, using info"));
+            "info"
+        }
+    };
+    (log_format, log_level)
+}
+
+/// The namespaces watched, and the resource label selector.
+fn scope(
+    args: &ServerArgs,
+    env: &impl Fn(&str) -> Option<String>,
+    warnings: &mut Vec<String>,
+) -> Result<(Scope, Selector), FlagError> {
+    let mut namespaces: BTreeSet<String> =
+        list("namespaces", &args.namespaces)?.into_iter().collect();
+    if namespaces.is_empty() {
+        if let Some(ns) = env("KUBERNETES_NAMESPACE").filter(|s| !s.trim().is_empty()) {
+            namespaces.insert(ns.trim().to_string());
+        }
+    }
+    let namespaces_to_ignore: BTreeSet<String> =
+        list("namespaces-to-ignore", &args.namespaces_to_ignore)?
+            .into_iter()
+            .collect();
+    let selector_entries = list("namespace-selector", &args.namespace_selector)?;
+    let namespace_selector = Selector::parse_legacy(&selector_entries).map_err(|e| {
+        flag_err(
+            "namespace-selector",
+            selector_entries.join(","),
+            e.to_string(),
+        )
+    })?;
+    let resource_entries = list("resource-label-selector", &args.resource_label_selector)?;
+    let resource_label_selector = Selector::parse_legacy(&resource_entries).map_err(|e| {
+        flag_err(
+            "resource-label-selector",
+            resource_entries.join(","),
+            e.to_string(),
+        )
+    })?;
+    let cluster_wide = namespaces.is_empty();
+    if !cluster_wide && !namespaces_to_ignore.is_empty() {
+        warnings.push("--namespaces-to-ignore applies in cluster-wide mode only; ignored because --namespaces (or KUBERNETES_NAMESPACE) is set".into());
+    }
+    if !cluster_wide && !namespace_selector.is_empty() {
+        warnings.push("--namespace-selector applies in cluster-wide mode only; ignored because --namespaces (or KUBERNETES_NAMESPACE) is set".into());
+    }
+    if args.enable_pprof || args.pprof_addr != ":6060" {
+        warnings.push(
+            "--enable-pprof/--pprof-addr are accepted for compatibility; rekindle serves no pprof"
+                .into(),
+        );
+    }
+
+    let scope = Scope {
+        namespaces: (!cluster_wide).then_some(namespaces),
+        namespaces_to_ignore: if cluster_wide {
+            namespaces_to_ignore
+        } else {
+            BTreeSet::new()
+        },
+        namespace_selector: (cluster_wide && !namespace_selector.is_empty())
+            .then_some(namespace_selector),
+    };
+    Ok((scope, resource_label_selector))
+}
+
+fn annotation_keys(args: &ServerArgs) -> Result<AnnotationKeys, FlagError> {
+    let keys = AnnotationKeys {
+        auto: args.auto_annotation.clone(),
+        configmap_auto: args.configmap_auto_annotation.clone(),
+        secret_auto: args.secret_auto_annotation.clone(),
+        configmap_reload: args.configmap_annotation.clone(),
+        secret_reload: args.secret_annotation.clone(),
+        search: args.auto_search_annotation.clone(),
+        search_match: args.search_match_annotation.clone(),
+        ignore: args.ignore_annotation.clone(),
+        pause_period: args.pause_deployment_annotation.clone(),
+        paused_at: args.pause_deployment_time_annotation.clone(),
+        ..AnnotationKeys::default()
+    };
+    for (flag, key) in [
+        ("auto-annotation", &keys.auto),
+        ("configmap-auto-annotation", &keys.configmap_auto),
+        ("secret-auto-annotation", &keys.secret_auto),
+        ("configmap-annotation", &keys.configmap_reload),
+        ("secret-annotation", &keys.secret_reload),
+        ("auto-search-annotation", &keys.search),
+        ("search-match-annotation", &keys.search_match),
+        ("ignore-annotation", &keys.ignore),
+        ("pause-deployment-annotation", &keys.pause_period),
+        ("pause-deployment-time-annotation", &keys.paused_at),
+    ] {
+        if key.trim().is_empty() {
+            return Err(flag_err(
+                flag,
+                key.as_str(),
+                "an annotation key cannot be empty",
+            ));
+        }
+    }
+    Ok(keys)
 }
 
 #[cfg(test)]
