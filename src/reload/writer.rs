@@ -4,8 +4,9 @@
 //! skeleton of the object (`core::skeleton`) and get one strategic-merge patch (containers and env vars
 //! keyed by name, annotations by key): no GET, no resourceVersion, so a busy workload whose other
 //! fields keep changing (status, labels, an HPA's replicas) is never starved by conflicts. The PATCH
-//! response replaces the index's record, so a reload right after plans from what was written. A
-//! failed attempt is retried after reading the object (the index may be behind it).
+//! response replaces the index's record, so a reload right after plans from what was written.
+//! Conflicts and transient errors are retried after reading the object (the index may be behind it);
+//! what would fail the same way again is not (see [`super::error::WriteError`]).
 //! CRD kinds (Rollouts, DeploymentConfigs) have no strategic merge, and a Deployment being paused changes
 //! fields a merge cannot guard: those are read and get a JSON patch guarded by the resourceVersion (a
 //! `test` op), re-read and retried on conflict (422 from the failed test, or 409). Jobs and CronJobs
