@@ -2,6 +2,7 @@
 //! `e2e/scripts/cluster.sh up` (`just cluster-up`).
 
 pub mod chart;
+pub mod companions;
 pub mod rekindle;
 
 use std::future::Future;

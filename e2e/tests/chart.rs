@@ -714,3 +714,96 @@ fn annotation_scraping_and_where_rules_and_dashboards_go() -> Result<()> {
     assert_eq!(dashboard["metadata"]["namespace"], "grafana");
     Ok(())
 }
+
+/// The PrometheusRule's rules pass `promtool check rules`, and `promtool test rules` runs a unit test
+/// per alert (e2e/fixtures/prometheus/rules-test.yaml) in which it fires and one in which it is silent.
+#[test]
+fn prometheus_rules_pass_promtool_check_and_a_unit_test_per_alert() -> Result<()> {
+    use std::collections::BTreeMap;
+
+    let docs = render_with(&["prometheusRule.enabled=true"])?;
+    let rule = of_kind(&docs, "PrometheusRule");
+    assert_eq!(rule.len(), 1);
+    let groups = rule[0]["spec"]["groups"].clone();
+    let annotations: BTreeMap<String, Value> = groups
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap().iter())
+        .map(|r| {
+            (
+                r["alert"].as_str().unwrap().to_string(),
+                r["annotations"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(annotations.len(), 5, "{:?}", annotations.keys());
+
+    let fixture = e2e::root().join("e2e/fixtures/prometheus/rules-test.yaml");
+    let mut tests: Value = serde_saphyr::from_str(&std::fs::read_to_string(&fixture)?)?;
+    // Every alert has a case where it fires and one where it is silent.
+    let mut seen: BTreeMap<String, (bool, bool)> = BTreeMap::new();
+    for case in tests["tests"].as_array_mut().unwrap() {
+        for check in case["alert_rule_test"].as_array_mut().unwrap() {
+            let alert = check["alertname"].as_str().unwrap().to_string();
+            let expected = check["exp_alerts"].as_array_mut().unwrap();
+            let entry = seen.entry(alert.clone()).or_default();
+            if expected.is_empty() {
+                entry.1 = true;
+            } else {
+                entry.0 = true;
+            }
+            for e in expected {
+                e["exp_annotations"] = annotations[&alert].clone();
+            }
+        }
+    }
+    for alert in annotations.keys() {
+        assert_eq!(
+            seen.get(alert),
+            Some(&(true, true)),
+            "{alert} needs a case where it fires and one where it is silent"
+        );
+    }
+
+    let dir = tempfile::tempdir()?;
+    // YAML is a superset of JSON: promtool reads both files as written.
+    std::fs::write(
+        dir.path().join("rules.yaml"),
+        serde_json::to_string(&serde_json::json!({ "groups": groups }))?,
+    )?;
+    std::fs::write(dir.path().join("test.yaml"), serde_json::to_string(&tests)?)?;
+    let promtool = e2e::companions::bin_dir("prometheus")?.join("promtool");
+    let checked = e2e::companions::run(&promtool, &["check", "rules", "rules.yaml"], dir.path())?;
+    assert!(checked.contains("SUCCESS: 5 rules found"), "{checked}");
+    let tested = e2e::companions::run(&promtool, &["test", "rules", "test.yaml"], dir.path())?;
+    assert!(tested.contains("SUCCESS"), "{tested}");
+    Ok(())
+}
+
+/// `prometheusRule.alertFor` replaces an alert's `for` and leaves the others at their defaults.
+#[test]
+fn prometheus_rule_for_durations_can_be_overridden_per_alert() -> Result<()> {
+    let docs = render_with(&[
+        "prometheusRule.enabled=true",
+        "prometheusRule.alertFor.RekindleReloadsFailing=15m",
+    ])?;
+    let rules = &of_kind(&docs, "PrometheusRule")[0]["spec"]["groups"][0]["rules"];
+    let for_of = |alert: &str| {
+        rules
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["alert"] == alert)
+            .map(|r| r["for"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    assert_eq!(for_of("RekindleReloadsFailing"), "15m");
+    assert_eq!(for_of("RekindleNoReadyReplica"), "10m");
+    assert!(render_with(&[
+        "prometheusRule.enabled=true",
+        "prometheusRule.alertFor.RekindleReloadsFailing=soon",
+    ])
+    .is_err());
+    Ok(())
+}
