@@ -396,9 +396,15 @@ async fn under_the_charts_rbac_rekindle_reloads_serves_a_rotated_certificate_and
 #[tokio::test]
 async fn every_chart_document_passes_a_server_side_dry_run() -> Result<()> {
     let client = admin_client().await?;
-    for fixture in ["cert-manager.yaml", "prometheus-operator.yaml"] {
-        let crds = std::fs::read_to_string(root().join("e2e/fixtures/crds").join(fixture))?;
-        apply_yaml(&client, None, &crds).await?;
+    // The Prometheus Operator's real CRDs (from its Go module): the ServiceMonitor, PodMonitor and
+    // PrometheusRule are validated against their schemas. cert-manager's are fixtures.
+    let monitoring =
+        e2e::companions::bin_dir("prometheus")?.join("crds/monitoring.coreos.com.yaml");
+    for crds in [
+        root().join("e2e/fixtures/crds/cert-manager.yaml"),
+        monitoring,
+    ] {
+        apply_yaml(&client, None, &std::fs::read_to_string(crds)?).await?;
     }
     let ns = TestNamespace::new(&client, "e2e-dry").await?;
     // CRDs take a moment to be served.
