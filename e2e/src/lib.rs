@@ -3,6 +3,7 @@
 
 pub mod chart;
 pub mod companions;
+pub mod prometheus;
 pub mod rekindle;
 
 use std::future::Future;

@@ -71,7 +71,7 @@ pub struct Rekindle {
     binary: Option<PathBuf>,
 }
 
-fn free_port() -> Result<u16> {
+pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())

@@ -1023,6 +1023,382 @@ async fn cert_manager_mode_without_cert_manager_body() -> Result<()> {
     Ok(())
 }
 
+/// The series the README's metrics table lists (its first column; `a`, `b` rows name several).
+fn readme_series() -> Result<Vec<String>> {
+    let readme = std::fs::read_to_string(root().join("README.md"))?;
+    let section = readme
+        .split("\n## Metrics")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .ok_or_else(|| anyhow!("README has no Metrics section"))?;
+    let mut names = Vec::new();
+    for line in section.lines().filter(|l| l.starts_with("| `")) {
+        let first = line.split('|').nth(1).unwrap_or_default();
+        names.extend(first.split('`').skip(1).step_by(2).map(str::to_string));
+    }
+    ensure!(names.len() > 30, "too few series in the README: {names:?}");
+    Ok(names)
+}
+
+/// The kubeconfig's client certificate, key and CA files (the node's admin), for scraping the
+/// apiserver.
+fn admin_credentials(kubeconfig: &std::path::Path) -> Result<(String, String, String)> {
+    let kc: Value = serde_saphyr::from_str(&std::fs::read_to_string(kubeconfig)?)?;
+    let user = &kc["users"][0]["user"];
+    let cluster = &kc["clusters"][0]["cluster"];
+    let field = |v: &Value, k: &str| {
+        v[k].as_str()
+            .map(String::from)
+            .ok_or_else(|| anyhow!("kubeconfig has no {k} file"))
+    };
+    Ok((
+        field(user, "client-certificate")?,
+        field(user, "client-key")?,
+        field(cluster, "certificate-authority")?,
+    ))
+}
+
+/// Polls `check` until it answers `Ok(None)`; its last `Some(why)` is the error after `timeout`.
+async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<String>>>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let why = match check().await {
+            Ok(None) => return Ok(()),
+            Ok(Some(why)) => why,
+            Err(e) => format!("{e:#}"),
+        };
+        if std::time::Instant::now() > deadline {
+            bail!("{what} within {timeout:?}: {why}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Prometheus, configured from the chart's ServiceMonitor and PrometheusRule as stored in the API (the
+/// scrape jobs the Prometheus Operator would generate; the operator itself does not run here), scrapes
+/// every series the README lists from the real pods in both formats, answers every dashboard panel's
+/// query after a reload, and fires RekindleReloadsFailing when the chart's RBAC in one namespace is
+/// narrowed so rekindle may no longer patch there.
+async fn prometheus_scrapes_the_chart_and_fires_its_alert_body() -> Result<()> {
+    let client = client().await?;
+    let companions = e2e::companions::bin_dir("prometheus")?;
+    let crds = companions.join("crds/monitoring.coreos.com.yaml");
+    kubectl(&["apply", "--server-side", "-f", &crds.to_string_lossy()])?;
+    kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/servicemonitors.monitoring.coreos.com",
+        "crd/prometheusrules.monitoring.coreos.com",
+    ])?;
+    let (app_ns, denied_ns) = ("prom-app", "prom-denied");
+    for ns in [app_ns, denied_ns] {
+        kubectl(&[
+            "delete",
+            "namespace",
+            ns,
+            "--ignore-not-found",
+            "--wait=true",
+        ])?;
+        kubectl(&["create", "namespace", ns])?;
+    }
+    helm_install(&[
+        "certs.mode=certsGen",
+        &format!("rekindle.namespaces={{{app_ns},{denied_ns}}}"),
+        "serviceMonitor.enabled=true",
+        "prometheusRule.enabled=true",
+        // Fires at the first evaluation that sees a failure: the test cannot wait the default 5m.
+        "prometheusRule.alertFor.RekindleReloadsFailing=0s",
+        "rekindle.metricsCountByNamespace=true",
+    ])?;
+    wait_rolled_out(RELEASE_NS)?;
+    // Someone narrows rekindle's Role in one namespace: it may read there but no longer patch.
+    kubectl(&[
+        "-n",
+        denied_ns,
+        "patch",
+        "role",
+        "rekindle",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/rules/0/verbs","value":["get","list","watch"]}]"#,
+    ])?;
+
+    let monitor: Value = serde_json::from_str(&kubectl(&[
+        "-n",
+        RELEASE_NS,
+        "get",
+        "servicemonitor",
+        "rekindle",
+        "-o",
+        "json",
+    ])?)?;
+    let rule: Value = serde_json::from_str(&kubectl(&[
+        "-n",
+        RELEASE_NS,
+        "get",
+        "prometheusrule",
+        "rekindle",
+        "-o",
+        "json",
+    ])?)?;
+    let kubeconfig = PathBuf::from(std::env::var("KUBECONFIG")?);
+    let (cert, key, ca) = admin_credentials(&kubeconfig)?;
+    let mut jobs = e2e::prometheus::service_monitor_jobs(
+        &monitor,
+        &kubeconfig,
+        &["OpenMetricsText1.0.0"],
+        "1s",
+        "/openmetrics",
+    )?;
+    jobs.extend(e2e::prometheus::service_monitor_jobs(
+        &monitor,
+        &kubeconfig,
+        &["PrometheusText0.0.4"],
+        "1s",
+        "/classic",
+    )?);
+    jobs.push(json!({
+        "job_name": "apiserver", "scheme": "https",
+        "static_configs": [{"targets": ["127.0.0.1:6443"]}],
+        "tls_config": {"cert_file": cert, "key_file": key, "ca_file": ca},
+    }));
+    // The kubelet's resource metrics carry container_memory_working_set_bytes by pod and container
+    // (its cAdvisor endpoint cannot name containerd's containers on this node).
+    jobs.push(json!({
+        "job_name": "kubelet", "scheme": "https", "metrics_path": "/metrics/resource",
+        "static_configs": [{"targets": ["10.200.0.1:10250"]}],
+        "tls_config": {"insecure_skip_verify": true},
+    }));
+    let config = json!({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": jobs,
+    });
+    let dir = tempfile::tempdir()?;
+    let prometheus = e2e::prometheus::Prometheus::start(
+        &companions.join("prometheus"),
+        dir.path(),
+        &config,
+        &rule["spec"]["groups"],
+    )
+    .await?;
+    let result = prometheus_checks(&client, &prometheus, app_ns, denied_ns).await;
+    if result.is_err() {
+        eprintln!("--- prometheus log ---\n{}", prometheus.log_tail());
+    }
+    drop(prometheus);
+    for ns in [app_ns, denied_ns] {
+        kubectl(&[
+            "delete",
+            "namespace",
+            ns,
+            "--ignore-not-found",
+            "--wait=false",
+        ])?;
+    }
+    result
+}
+
+async fn prometheus_checks(
+    client: &Client,
+    prometheus: &e2e::prometheus::Prometheus,
+    app_ns: &str,
+    denied_ns: &str,
+) -> Result<()> {
+    // Both replicas, in both formats, and the apiserver and the kubelet.
+    eventually(
+        "every scrape target up",
+        Duration::from_secs(60),
+        || async {
+            let targets = prometheus.targets().await?;
+            let up = |job: &str| {
+                targets
+                    .iter()
+                    .filter(|t| {
+                        t["labels"]["job"].as_str().is_some_and(|j| j == job)
+                            || t["scrapePool"].as_str().is_some_and(|p| p.ends_with(job))
+                    })
+                    .filter(|t| t["health"] == "up")
+                    .count()
+            };
+            let counts = [
+                up("/0/openmetrics"),
+                up("/0/classic"),
+                up("apiserver"),
+                up("kubelet"),
+            ];
+            Ok((counts != [2, 2, 1, 1])
+                .then(|| format!("up per job: {counts:?}; targets: {targets:?}")))
+        },
+    )
+    .await?;
+
+    // The webhook failing open once (no replica to answer), for the fail-open panel.
+    kubectl(&[
+        "-n",
+        RELEASE_NS,
+        "scale",
+        "deployment",
+        "rekindle",
+        "--replicas=0",
+    ])?;
+    kubectl(&[
+        "-n",
+        RELEASE_NS,
+        "wait",
+        "--for=delete",
+        "pod",
+        "-l",
+        "app.kubernetes.io/name=rekindle",
+        "--timeout=120s",
+    ])?;
+    let unstamped = deployment("unstamped", "absent", "absent", json!({}))?;
+    Api::<Deployment>::namespaced(client.clone(), app_ns)
+        .create(&PostParams::default(), &unstamped)
+        .await?;
+    kubectl(&[
+        "-n",
+        RELEASE_NS,
+        "scale",
+        "deployment",
+        "rekindle",
+        "--replicas=2",
+    ])?;
+    wait_rolled_out(RELEASE_NS)?;
+    ready_pods(client, RELEASE_NS).await?;
+    eventually(
+        "rekindle scraped again",
+        Duration::from_secs(60),
+        || async {
+            let ready = prometheus
+                .query(r#"sum(rekindle_ready{namespace="rekindle",format="OpenMetricsText1.0.0"})"#)
+                .await?;
+            let n = ready
+                .first()
+                .and_then(|r| r["value"][1].as_str())
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            Ok((n < 1.0).then(|| format!("rekindle_ready sum {n}")))
+        },
+    )
+    .await?;
+
+    // What makes every series appear: a reload, a label-only change, an admission lookup of a
+    // resource that does not exist, a CronJob Job (read first), and reloads RBAC now forbids.
+    workload(client, app_ns, "app", json!({})).await?;
+    expect_replica_sets(client, app_ns, "app", 1).await?;
+    // Admitted while its resources do not exist: the webhook looks them up (absent).
+    Api::<Deployment>::namespaced(client.clone(), app_ns)
+        .create(
+            &PostParams::default(),
+            &deployment("early", "not-yet", "not-yet", json!({}))?,
+        )
+        .await?;
+    change_configmap(client, app_ns, "app", "2").await?;
+    expect_replica_sets(client, app_ns, "app", 2).await?;
+    Api::<ConfigMap>::namespaced(client.clone(), app_ns)
+        .patch(
+            "app",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .await?;
+    let cronjob: k8s_openapi::api::batch::v1::CronJob = serde_json::from_value(json!({
+        "metadata": {"name": "nightly", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"schedule": "0 0 1 1 *", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "app", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
+                "envFrom": [{"configMapRef": {"name": "app"}}]}]}}}}}
+    }))?;
+    Api::<k8s_openapi::api::batch::v1::CronJob>::namespaced(client.clone(), app_ns)
+        .create(&PostParams::default(), &cronjob)
+        .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    change_configmap(client, app_ns, "app", "3").await?;
+    workload(client, denied_ns, "app", json!({})).await?;
+    for v in ["2", "3"] {
+        change_configmap(client, denied_ns, "app", v).await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+
+    let series = readme_series()?;
+    for format in ["OpenMetricsText1.0.0", "PrometheusText0.0.4"] {
+        eventually(
+            &format!("every README series scraped as {format}"),
+            Duration::from_secs(90),
+            || async {
+                let mut missing = Vec::new();
+                for name in &series {
+                    let q = format!(
+                        r#"count({{__name__=~"{name}(_bucket|_count|_sum)?",namespace="rekindle",format="{format}"}})"#
+                    );
+                    if prometheus.query(&q).await?.is_empty() {
+                        missing.push(name.clone());
+                    }
+                }
+                Ok((!missing.is_empty()).then(|| format!("missing {missing:?}")))
+            },
+        )
+        .await?;
+    }
+
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(
+        root().join("charts/rekindle/dashboards/rekindle.json"),
+    )?)?;
+    let queries: Vec<String> = dashboard["panels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| {
+            t["expr"]
+                .as_str()
+                .map(|e| e.replace("$namespace", RELEASE_NS))
+        })
+        .collect();
+    ensure!(queries.len() >= 10, "dashboard queries: {queries:?}");
+    eventually(
+        "every dashboard query returns data",
+        Duration::from_secs(90),
+        || async {
+            let mut empty = Vec::new();
+            for q in &queries {
+                if prometheus.query(q).await?.is_empty() {
+                    empty.push(q.clone());
+                }
+            }
+            Ok((!empty.is_empty()).then(|| format!("no data for {empty:#?}")))
+        },
+    )
+    .await?;
+
+    eventually(
+        "RekindleReloadsFailing firing",
+        Duration::from_secs(90),
+        || async {
+            let alerts = prometheus.alerts().await?;
+            let firing = alerts.iter().any(|a| {
+                a["labels"]["alertname"] == "RekindleReloadsFailing" && a["state"] == "firing"
+            });
+            Ok((!firing).then(|| format!("alerts: {alerts:?}")))
+        },
+    )
+    .await?;
+    // And nothing else is firing: a healthy release raises no other alert.
+    let others: Vec<Value> = prometheus
+        .alerts()
+        .await?
+        .into_iter()
+        .filter(|a| a["state"] == "firing" && a["labels"]["alertname"] != "RekindleReloadsFailing")
+        .collect();
+    ensure!(others.is_empty(), "other alerts firing: {others:?}");
+    Ok(())
+}
+
 macro_rules! install_test {
     ($($name:ident => $body:ident),* $(,)?) => {$(
         #[tokio::test]
@@ -1040,4 +1416,5 @@ install_test! {
     external_certificate_install => external_certificate_install_body,
     webhook_config_manifests_install => webhook_config_manifests_install_body,
     cert_manager_mode_without_cert_manager => cert_manager_mode_without_cert_manager_body,
+    prometheus_scrapes_the_chart_and_fires_its_alert => prometheus_scrapes_the_chart_and_fires_its_alert_body,
 }
