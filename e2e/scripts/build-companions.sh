@@ -69,7 +69,8 @@ GO
   if [ ! -f "$CRDS/argoproj.io.yaml" ]; then
     local mod
     mod="$(module_dir "github.com/argoproj/argo-rollouts@$ROLLOUTS_VERSION")"
-    cat "$mod"/manifests/crds/rollout-crd.yaml >"$CRDS/argoproj.io.yaml.tmp"
+    # The controller watches Rollouts, Experiments, AnalysisRuns and (Cluster)AnalysisTemplates.
+    for f in "$mod"/manifests/crds/*-crd.yaml; do echo "---"; cat "$f"; done >"$CRDS/argoproj.io.yaml.tmp"
     mv "$CRDS/argoproj.io.yaml.tmp" "$CRDS/argoproj.io.yaml"
   fi
 }

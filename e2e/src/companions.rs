@@ -45,3 +45,41 @@ pub fn run(bin: &std::path::Path, args: &[&str], dir: &std::path::Path) -> Resul
     }
     Ok(text)
 }
+
+/// A companion running as a host process (its log in `log`); killed and waited for on drop, so no
+/// controller outlives its test.
+pub struct HostProcess {
+    child: std::process::Child,
+    pub log: PathBuf,
+}
+
+impl HostProcess {
+    pub fn start(bin: &std::path::Path, args: &[&str], log: PathBuf) -> Result<Self> {
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(bin)
+            .args(args)
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        Ok(Self { child, log })
+    }
+
+    /// The last lines of its log, for a failing test's message.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().rev().take(30).collect();
+        lines.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1023,6 +1023,24 @@ async fn cert_manager_mode_without_cert_manager_body() -> Result<()> {
     Ok(())
 }
 
+/// Waits until each CRD is served (`kubectl wait` fails on a CRD whose status is not written yet).
+async fn crds_established(names: &[&str]) -> Result<()> {
+    for name in names {
+        wait_for(&format!("CRD {name} established"), TIMEOUT, || async {
+            let status = kubectl(&[
+                "get",
+                "crd",
+                name,
+                "-o",
+                r#"jsonpath={.status.conditions[?(@.type=="Established")].status}"#,
+            ])?;
+            Ok((status.trim() == "True").then_some(()))
+        })
+        .await?;
+    }
+    Ok(())
+}
+
 /// The series the README's metrics table lists (its first column; `a`, `b` rows name several).
 fn readme_series() -> Result<Vec<String>> {
     let readme = std::fs::read_to_string(root().join("README.md"))?;
@@ -1088,13 +1106,11 @@ async fn prometheus_scrapes_the_chart_and_fires_its_alert_body() -> Result<()> {
     let companions = e2e::companions::bin_dir("prometheus")?;
     let crds = companions.join("crds/monitoring.coreos.com.yaml");
     kubectl(&["apply", "--server-side", "-f", &crds.to_string_lossy()])?;
-    kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/servicemonitors.monitoring.coreos.com",
-        "crd/prometheusrules.monitoring.coreos.com",
-    ])?;
+    crds_established(&[
+        "servicemonitors.monitoring.coreos.com",
+        "prometheusrules.monitoring.coreos.com",
+    ])
+    .await?;
     let (app_ns, denied_ns) = ("prom-app", "prom-denied");
     for ns in [app_ns, denied_ns] {
         kubectl(&[
@@ -1399,6 +1415,171 @@ async fn prometheus_checks(
     Ok(())
 }
 
+fn rollout(name: &str, configmap: &str, annotations: Value) -> Value {
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            "strategy": {"canary": {}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "app", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
+                        "envFrom": [{"configMapRef": {"name": configmap}}]}],
+                },
+            },
+        },
+    })
+}
+
+/// The running pods of a Rollout: (pod UID, ReplicaSet name).
+async fn rollout_pods(client: &Client, ns: &str, app: &str) -> Result<Vec<(String, String)>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .map(|p| {
+            let owner = p
+                .metadata
+                .owner_references
+                .as_ref()
+                .and_then(|o| o.first())
+                .map(|o| o.name.clone())
+                .unwrap_or_default();
+            (p.metadata.uid.unwrap_or_default(), owner)
+        })
+        .collect())
+}
+
+/// The Argo Rollouts controller (built from its Go module, run as a host process with the node's
+/// kubeconfig) and rekindle installed with `rekindle.isArgoRollouts=true`: a Rollout with
+/// `rollout-strategy: restart` has its pods really restarted on a ConfigMap change (new pods, the same
+/// ReplicaSet), and one with the default strategy rolls out a new ReplicaSet.
+async fn argo_rollouts_restart_and_rollout_body() -> Result<()> {
+    let client = client().await?;
+    let companions = e2e::companions::bin_dir("rollouts")?;
+    let crds = companions.join("crds/argoproj.io.yaml");
+    kubectl(&["apply", "--server-side", "-f", &crds.to_string_lossy()])?;
+    crds_established(&["rollouts.argoproj.io", "analysisruns.argoproj.io"]).await?;
+    let kubeconfig = std::env::var("KUBECONFIG")?;
+    let dir = tempfile::tempdir()?;
+    let (metrics, healthz) = (
+        e2e::rekindle::free_port()?.to_string(),
+        e2e::rekindle::free_port()?.to_string(),
+    );
+    let mut controller = e2e::companions::HostProcess::start(
+        &companions.join("rollouts-controller"),
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "--leader-elect=false",
+            "--metricsPort",
+            &metrics,
+            "--healthzPort",
+            &healthz,
+        ],
+        dir.path().join("rollouts-controller.log"),
+    )?;
+    let result = async {
+        helm_install(&["certs.mode=certsGen", "rekindle.isArgoRollouts=true"])?;
+        wait_rolled_out(RELEASE_NS)?;
+        let ns = TestNamespace::new(&client, "rollouts").await?;
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+        for name in ["restart-cfg", "template-cfg"] {
+            cms.create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name}, "data": {"v": "1"}}))?,
+            )
+            .await?;
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let (rollouts, _) = e2e::resource_for(&client, "argoproj.io/v1alpha1", "Rollout").await?;
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(client.clone(), &ns.name, &rollouts);
+        for (name, cm, annotations) in [
+            (
+                "restarted",
+                "restart-cfg",
+                json!({"configmap.reloader.stakater.com/reload": "restart-cfg",
+                       "reloader.stakater.com/rollout-strategy": "restart"}),
+            ),
+            (
+                "rolled",
+                "template-cfg",
+                json!({"configmap.reloader.stakater.com/reload": "template-cfg"}),
+            ),
+        ] {
+            api.create(
+                &PostParams::default(),
+                &serde_json::from_value(rollout(name, cm, annotations))?,
+            )
+            .await?;
+        }
+        let mut before = BTreeMap::new();
+        for app in ["restarted", "rolled"] {
+            let pods = wait_for(&format!("{app}'s 2 pods running"), TIMEOUT, || async {
+                let pods = rollout_pods(&client, &ns.name, app).await?;
+                Ok((pods.len() == 2).then_some(pods))
+            })
+            .await?;
+            before.insert(app, pods);
+        }
+
+        change_configmap(&client, &ns.name, "restart-cfg", "2").await?;
+        change_configmap(&client, &ns.name, "template-cfg", "2").await?;
+
+        // restart: every pod replaced, by pods of the same ReplicaSet.
+        let old_restarted: Vec<String> = before["restarted"].iter().map(|p| p.0.clone()).collect();
+        let rs = before["restarted"][0].1.clone();
+        wait_for("the restart strategy's pods replaced", TIMEOUT, || async {
+            let pods = rollout_pods(&client, &ns.name, "restarted").await?;
+            let replaced =
+                pods.len() == 2 && pods.iter().all(|(uid, _)| !old_restarted.contains(uid));
+            Ok(replaced.then_some(pods))
+        })
+        .await
+        .and_then(|pods| {
+            ensure!(
+                pods.iter().all(|(_, owner)| *owner == rs),
+                "restart made another ReplicaSet: {pods:?} (was {rs})"
+            );
+            Ok(())
+        })?;
+        let restarted = api.get("restarted").await?;
+        ensure!(
+            restarted.data.pointer("/spec/restartAt").is_some(),
+            "rekindle did not set spec.restartAt"
+        );
+
+        // Default strategy: a new ReplicaSet whose pods replace the old ones.
+        let old_rs = before["rolled"][0].1.clone();
+        wait_for("the default strategy's new ReplicaSet", TIMEOUT, || async {
+            let pods = rollout_pods(&client, &ns.name, "rolled").await?;
+            let moved = pods.len() == 2 && pods.iter().all(|(_, owner)| *owner != old_rs);
+            Ok(moved.then_some(()))
+        })
+        .await?;
+        ns.cleanup().await
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("--- rollouts-controller ---\n{}", controller.log_tail());
+        if let Some(status) = controller.exited() {
+            eprintln!("the Rollouts controller exited: {status}");
+        }
+    }
+    drop(controller);
+    result
+}
+
 macro_rules! install_test {
     ($($name:ident => $body:ident),* $(,)?) => {$(
         #[tokio::test]
@@ -1417,4 +1598,5 @@ install_test! {
     webhook_config_manifests_install => webhook_config_manifests_install_body,
     cert_manager_mode_without_cert_manager => cert_manager_mode_without_cert_manager_body,
     prometheus_scrapes_the_chart_and_fires_its_alert => prometheus_scrapes_the_chart_and_fires_its_alert_body,
+    argo_rollouts_restart_and_rollout => argo_rollouts_restart_and_rollout_body,
 }
