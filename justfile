@@ -34,7 +34,7 @@ webhook-config:
     e2e/scripts/render-webhook-config.sh webhook-config
 
 # End-to-end tests (and the chart's tests); brings the control plane up when needed.
-e2e *ARGS: cluster-up
+e2e *ARGS: cluster-up companions
     scripts/install-python-tools.sh >/dev/null
     cargo build --workspace --bins
     cargo test -p e2e -- --test-threads=4 {{ARGS}} || { e2e/scripts/cluster.sh keep-logs; exit 101; }
@@ -72,8 +72,15 @@ image: release
 node-up: image
     e2e/scripts/node.sh up
 
-# The install tests on the real node: the README's helm commands, through the chart's own webhook.
-e2e-install: node-up
+# The components users pair rekindle with (Prometheus and promtool, cert-manager, the Argo Rollouts
+# controller), built from their Go modules and cached by version (the install tests run them; the node's
+# namespace has no network to build them in).
+companions:
+    e2e/scripts/build-companions.sh all >/dev/null
+
+# The install tests on the real node: the README's helm commands, through the chart's own webhook, and
+# with real cert-manager, Prometheus and Argo Rollouts.
+e2e-install: node-up companions
     cargo build -p certs-gen
     cargo test -p e2e --features real-node --test image
     cargo test -p e2e --features real-node --test install --no-run

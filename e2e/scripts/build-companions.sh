@@ -3,16 +3,18 @@
 # repository (a binary already in the cache is never rebuilt): Prometheus and promtool, the Argo Rollouts
 # controller. Also fetches the CRDs the tests install from the same modules.
 #
-# Usage: build-companions.sh [all|prometheus|rollouts]. Prints the bin directory on the last line.
-# Environment: PROMETHEUS_VERSION (v0.316.0), ROLLOUTS_VERSION (v1.10.1), PROM_OPERATOR_VERSION (v0.85.0),
-# REKINDLE_E2E_CACHE (~/.cache/rekindle-e2e).
+# Usage: build-companions.sh [all|prometheus|rollouts|cert-manager]. Prints the bin directory on the last
+# line. Environment: PROMETHEUS_VERSION (v0.316.0), ROLLOUTS_VERSION (v1.10.1), PROM_OPERATOR_VERSION
+# (v0.85.0), CERT_MANAGER_VERSION (v1.21.2), REKINDLE_E2E_CACHE (~/.cache/rekindle-e2e).
 set -euo pipefail
 
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 ROLLOUTS_VERSION="${ROLLOUTS_VERSION:-v1.10.1}"
 PROM_OPERATOR_VERSION="${PROM_OPERATOR_VERSION:-v0.85.0}"
+CERT_MANAGER_VERSION="${CERT_MANAGER_VERSION:-v1.21.2}"
+HERE="$(cd "$(dirname "$0")" && pwd)"
 CACHE="${REKINDLE_E2E_CACHE:-$HOME/.cache/rekindle-e2e}"
-BIN="$CACHE/companions/bin-prometheus-$PROMETHEUS_VERSION-rollouts-$ROLLOUTS_VERSION"
+BIN="$CACHE/companions/bin-prometheus-$PROMETHEUS_VERSION-rollouts-$ROLLOUTS_VERSION-cert-manager-$CERT_MANAGER_VERSION"
 CRDS="$BIN/crds"
 WORK="$CACHE/build"
 mkdir -p "$BIN" "$CRDS" "$WORK"
@@ -75,11 +77,39 @@ GO
   fi
 }
 
+# cert-manager's cmd/* binaries are separate modules that are not served: e2e/companions/cert-manager is
+# the thin main that runs its controllers and cainjector from the root module's packages. Its CRDs come
+# from the same module.
+build_cert_manager() {
+  if ! have cert-manager-e2e; then
+    local dir="$WORK/cert-manager-$CERT_MANAGER_VERSION"
+    mkdir -p "$dir" && cd "$dir"
+    cp "$HERE/../companions/cert-manager/main.go" .
+    if [ ! -f go.mod ]; then
+      go mod init rekindle-e2e/cert-manager >/dev/null 2>&1
+      go mod edit -require="github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION"
+    fi
+    log "resolving and building cert-manager $CERT_MANAGER_VERSION (controller and cainjector)"
+    go mod tidy >&2
+    go build -trimpath -ldflags "-s -w" -o "$BIN/cert-manager-e2e.tmp" .
+    mv "$BIN/cert-manager-e2e.tmp" "$BIN/cert-manager-e2e"
+  fi
+  if [ ! -f "$CRDS/cert-manager.io.yaml" ]; then
+    local mod
+    mod="$(module_dir "github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION")"
+    for f in "$mod"/deploy/crds/*.yaml; do
+      echo "---"; cat "$f"
+    done >"$CRDS/cert-manager.io.yaml.tmp"
+    mv "$CRDS/cert-manager.io.yaml.tmp" "$CRDS/cert-manager.io.yaml"
+  fi
+}
+
 what="${1:-all}"
 case "$what" in
-  all) build_prometheus; build_rollouts ;;
+  all) build_prometheus; build_rollouts; build_cert_manager ;;
   prometheus) build_prometheus ;;
   rollouts) build_rollouts ;;
-  *) echo "usage: $0 [all|prometheus|rollouts]" >&2; exit 2 ;;
+  cert-manager) build_cert_manager ;;
+  *) echo "usage: $0 [all|prometheus|rollouts|cert-manager]" >&2; exit 2 ;;
 esac
 echo "$BIN"

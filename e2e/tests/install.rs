@@ -533,12 +533,10 @@ fn pod_ip(p: &Pod) -> Result<String> {
         .ok_or_else(|| anyhow!("{} has no address", p.name_any()))
 }
 
-/// After `helm uninstall`: the webhook configuration is gone and a workload is admitted unchanged;
-/// nothing of the release is left but the certificate Secrets certs-gen made (kept so a reinstall
-/// reuses them) and the Lease the replicas elected their leader with (written at run time, as every
-/// client-go controller's is). The test names them, then removes the namespace.
-/// Uninstalls and checks that nothing of the release is left but `kept`, the Secrets the user made
-/// (certs-gen's Secrets and the leader Lease are removed by the pre-delete hook).
+/// After `helm uninstall`: the webhook configuration is gone and a workload is admitted unchanged, and
+/// nothing of the release is left in its namespace but `kept`: the Secrets the user made, or those
+/// cert-manager keeps after their Certificate is gone (certs-gen's Secrets and the leader Lease are
+/// removed by the pre-delete hook).
 async fn uninstall_and_check_leftovers(client: &Client, kept: &[&str]) -> Result<()> {
     helm(&["uninstall", "rekindle", "-n", RELEASE_NS, "--wait"])?;
     let pods = Api::<Pod>::namespaced(client.clone(), RELEASE_NS);
@@ -584,10 +582,7 @@ async fn uninstall_and_check_leftovers(client: &Client, kept: &[&str]) -> Result
     eprintln!("left in {RELEASE_NS} after uninstall: {left:?}");
     let expected: Vec<String> = kept.iter().map(|s| format!("secret/{s}")).collect();
     for e in &expected {
-        ensure!(
-            left.contains(&e.as_str()),
-            "{e} was the user's and must stay after uninstall"
-        );
+        ensure!(left.contains(&e.as_str()), "{e} must stay after uninstall");
     }
     let unexpected: Vec<&&str> = left
         .iter()
@@ -1580,6 +1575,253 @@ async fn argo_rollouts_restart_and_rollout_body() -> Result<()> {
     result
 }
 
+const CERT_MANAGER_CRDS: [&str; 6] = [
+    "certificates.cert-manager.io",
+    "certificaterequests.cert-manager.io",
+    "issuers.cert-manager.io",
+    "clusterissuers.cert-manager.io",
+    "orders.acme.cert-manager.io",
+    "challenges.acme.cert-manager.io",
+];
+
+/// cert-manager's controller and cainjector (its own packages, `e2e/companions/cert-manager`), run as
+/// host processes with the node's kubeconfig, over its real CRDs; stopped, and the CRDs removed, on drop
+/// (so a later test sees a cluster without cert-manager).
+struct CertManager {
+    _controller: e2e::companions::HostProcess,
+    _cainjector: e2e::companions::HostProcess,
+    _dir: tempfile::TempDir,
+}
+
+impl CertManager {
+    async fn start() -> Result<Self> {
+        let bin = e2e::companions::bin_dir("cert-manager")?;
+        kubectl(&[
+            "apply",
+            "--server-side",
+            "-f",
+            &bin.join("crds/cert-manager.io.yaml").to_string_lossy(),
+        ])?;
+        crds_established(&CERT_MANAGER_CRDS).await?;
+        // A namespace an earlier run left terminating refuses new objects: start from none.
+        kubectl(&[
+            "delete",
+            "namespace",
+            "cert-manager",
+            "--ignore-not-found",
+            "--wait=true",
+        ])?;
+        kubectl(&["create", "namespace", "cert-manager"])?;
+        let kubeconfig = std::env::var("KUBECONFIG")?;
+        let dir = tempfile::tempdir()?;
+        let run = |what: &str| {
+            e2e::companions::HostProcess::start(
+                &bin.join("cert-manager-e2e"),
+                &[what, "--kubeconfig", &kubeconfig],
+                dir.path().join(format!("{what}.log")),
+            )
+        };
+        Ok(Self {
+            _controller: run("controller")?,
+            _cainjector: run("cainjector")?,
+            _dir: dir,
+        })
+    }
+
+    fn logs(&self) -> String {
+        format!(
+            "--- cert-manager controller ---\n{}\n--- cainjector ---\n{}",
+            self._controller.log_tail(),
+            self._cainjector.log_tail()
+        )
+    }
+}
+
+impl Drop for CertManager {
+    fn drop(&mut self) {
+        let _ = kubectl(&[
+            "delete",
+            "namespace",
+            "cert-manager",
+            "--ignore-not-found",
+            "--wait=false",
+        ]);
+        let mut args = vec!["delete", "crd", "--ignore-not-found", "--wait=true"];
+        args.extend(CERT_MANAGER_CRDS);
+        let _ = kubectl(&args);
+    }
+}
+
+/// A Certificate is Ready (cert-manager issued it).
+async fn certificate_ready(name: &str) -> Result<()> {
+    wait_for(&format!("Certificate {name} Ready"), TIMEOUT, || async {
+        let status = kubectl(&[
+            "-n",
+            RELEASE_NS,
+            "get",
+            "certificate",
+            name,
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#,
+        ])
+        .unwrap_or_default();
+        Ok((status.trim() == "True").then_some(()))
+    })
+    .await
+}
+
+/// cainjector put the Secret's CA into the webhook configuration.
+async fn ca_injected(client: &Client, tls: &BTreeMap<String, Vec<u8>>) -> Result<()> {
+    wait_for("cainjector to set the caBundle", TIMEOUT, || async {
+        Ok((ca_bundle(client).await? == tls["ca.crt"]).then_some(()))
+    })
+    .await
+}
+
+/// The README's default install, `helm install rekindle charts/rekindle -n rekindle --create-namespace`
+/// (certs.mode=certManager), against real cert-manager: the self-signed CA, the CA Issuer and the
+/// serving Certificate are issued, cainjector fills the caBundle, reloads work through the webhook, and
+/// a renewal (1h certificates renewed 15 s after issue) is served without a restart.
+async fn cert_manager_default_install_issues_injects_and_renews_body() -> Result<()> {
+    let client = client().await?;
+    let cm = CertManager::start().await?;
+    let result = async {
+        helm_install(&[
+            "certs.certManager.duration=1h",
+            "certs.certManager.renewBefore=59m45s",
+        ])?;
+        certificate_ready("rekindle-ca").await?;
+        certificate_ready("rekindle-serving").await?;
+        wait_rolled_out(RELEASE_NS)?;
+        let tls = tls_secret(&client, "rekindle-tls").await?;
+        for key in ["tls.crt", "tls.key", "ca.crt"] {
+            ensure!(
+                tls.get(key).is_some_and(|v| !v.is_empty()),
+                "rekindle-tls has no {key}"
+            );
+        }
+        let ca = tls_secret(&client, "rekindle-ca").await?;
+        ensure!(
+            ca["tls.crt"] == tls["ca.crt"],
+            "the serving certificate is not signed by the chart's CA"
+        );
+        ca_injected(&client, &tls).await?;
+        stamps_and_reloads(&client, "cm-reload").await?;
+
+        // Renewal: cert-manager rotates the Secret; the same pods serve the new certificate.
+        let pods = ready_pods(&client, RELEASE_NS).await?;
+        let uids: Vec<String> = pods.iter().map(|p| p.uid().unwrap_or_default()).collect();
+        let first = pem_to_der(&tls["tls.crt"])?;
+        let renewed = wait_for(
+            "cert-manager to renew the serving certificate",
+            TIMEOUT,
+            || async {
+                let now = tls_secret(&client, "rekindle-tls").await?;
+                Ok((pem_to_der(&now["tls.crt"])? != first).then_some(now))
+            },
+        )
+        .await?;
+        for p in &pods {
+            let ip = pod_ip(p)?;
+            wait_for(
+                &format!("the pod at {ip} to serve a renewed certificate"),
+                Duration::from_secs(150),
+                || async {
+                    let served = served_certificate(&ip, &renewed["ca.crt"]).await?;
+                    Ok((served != first).then_some(()))
+                },
+            )
+            .await?;
+        }
+        let now: Vec<String> = ready_pods(&client, RELEASE_NS)
+            .await?
+            .iter()
+            .map(|p| p.uid().unwrap_or_default())
+            .collect();
+        ensure!(
+            now == uids,
+            "rekindle's pods were replaced: {uids:?} → {now:?}"
+        );
+        stamps_and_reloads(&client, "cm-renewed").await?;
+        // cert-manager keeps a Certificate's Secret when the Certificate goes (its default; the README
+        // says so): exactly those two stay.
+        uninstall_and_check_leftovers(&client, &["rekindle-tls", "rekindle-ca"]).await
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("{}", cm.logs());
+    }
+    result
+}
+
+/// `certs.certManager.issuerRef` naming your own ClusterIssuer (a CA made by cert-manager): the serving
+/// certificate comes from it, the chart makes no Issuer of its own, and reloads work.
+async fn cert_manager_with_your_cluster_issuer_body() -> Result<()> {
+    let client = client().await?;
+    let cm = CertManager::start().await?;
+    let result = async {
+        let issuers = r#"
+apiVersion: cert-manager.io/v1
+kind: ClusterIssuer
+metadata: {name: bootstrap}
+spec: {selfSigned: {}}
+---
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata: {name: platform-ca, namespace: cert-manager}
+spec:
+  isCA: true
+  commonName: platform-ca
+  secretName: platform-ca
+  privateKey: {algorithm: ECDSA, size: 256}
+  issuerRef: {name: bootstrap, kind: ClusterIssuer, group: cert-manager.io}
+---
+apiVersion: cert-manager.io/v1
+kind: ClusterIssuer
+metadata: {name: platform}
+spec: {ca: {secretName: platform-ca}}
+"#;
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("issuers.yaml");
+        std::fs::write(&file, issuers)?;
+        kubectl(&["apply", "-f", &file.to_string_lossy()])?;
+        helm_install(&[
+            "certs.certManager.issuerRef.name=platform",
+            "certs.certManager.issuerRef.kind=ClusterIssuer",
+            "certs.certManager.issuerRef.group=cert-manager.io",
+        ])?;
+        certificate_ready("rekindle-serving").await?;
+        wait_rolled_out(RELEASE_NS)?;
+        let issuers_made = kubectl(&["-n", RELEASE_NS, "get", "issuers", "-o", "name"])?;
+        ensure!(
+            issuers_made.trim().is_empty(),
+            "the chart made Issuers beside the given ClusterIssuer: {issuers_made}"
+        );
+        let platform_ca = Api::<Secret>::namespaced(client.clone(), "cert-manager")
+            .get("platform-ca")
+            .await?
+            .data
+            .unwrap_or_default();
+        let tls = tls_secret(&client, "rekindle-tls").await?;
+        ensure!(
+            platform_ca.get("tls.crt").map(|b| &b.0) == tls.get("ca.crt"),
+            "the serving certificate is not signed by the ClusterIssuer's CA"
+        );
+        ca_injected(&client, &tls).await?;
+        stamps_and_reloads(&client, "cm-issuer").await?;
+        uninstall_and_check_leftovers(&client, &["rekindle-tls"]).await?;
+        for name in ["platform", "bootstrap"] {
+            kubectl(&["delete", "clusterissuer", name, "--ignore-not-found"])?;
+        }
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("{}", cm.logs());
+    }
+    result
+}
+
 macro_rules! install_test {
     ($($name:ident => $body:ident),* $(,)?) => {$(
         #[tokio::test]
@@ -1599,4 +1841,6 @@ install_test! {
     cert_manager_mode_without_cert_manager => cert_manager_mode_without_cert_manager_body,
     prometheus_scrapes_the_chart_and_fires_its_alert => prometheus_scrapes_the_chart_and_fires_its_alert_body,
     argo_rollouts_restart_and_rollout => argo_rollouts_restart_and_rollout_body,
+    cert_manager_default_install_issues_injects_and_renews => cert_manager_default_install_issues_injects_and_renews_body,
+    cert_manager_with_your_cluster_issuer => cert_manager_with_your_cluster_issuer_body,
 }
