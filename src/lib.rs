@@ -15,6 +15,8 @@ pub mod config;
 pub mod core;
 pub mod index;
 pub mod metrics;
+#[cfg(test)]
+mod mock_api;
 pub mod outbound;
 pub mod reload;
 pub mod retry;

@@ -186,3 +186,150 @@ async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
         tracing::debug!(error = %e, "could not delete the Lease on stepping down");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mock_api::{client, serve, status};
+    use hyper::Method;
+    use serde_json::Value;
+
+    const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/rekindle/leases/rekindle-leader";
+
+    fn config() -> LeaseConfig {
+        LeaseConfig {
+            namespace: "rekindle".into(),
+            name: DEFAULT_LEASE_NAME.into(),
+            identity: "pod-a".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
+    fn lease(holder: &str, renewed_secs_ago: i64) -> Value {
+        let renewed = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(renewed_secs_ago);
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": DEFAULT_LEASE_NAME, "namespace": "rekindle", "resourceVersion": "41",
+                "uid": "lease-uid"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15, "leaseTransitions": 3,
+                "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()}
+        })
+    }
+
+    /// Runs one acquire-or-renew against an apiserver answering `answer`; the outcome and the requests.
+    async fn acquire(
+        answer: impl FnMut(&crate::mock_api::Seen) -> (u16, Value) + Send + 'static,
+    ) -> (Result<bool, kube::Error>, crate::mock_api::ApiServer) {
+        let (client, handle) = client();
+        let server = tokio::spawn(serve(handle, answer));
+        let api: Api<Lease> = Api::namespaced(client, "rekindle");
+        let won = try_acquire_or_renew(&api, &config()).await;
+        drop(api);
+        (won, server.await.unwrap())
+    }
+
+    fn methods(server: &crate::mock_api::ApiServer) -> Vec<String> {
+        server.requests.iter().map(|s| s.method.to_string()).collect()
+    }
+
+    #[tokio::test]
+    async fn no_lease_yet_creates_it_and_leads() {
+        let (won, server) = acquire(|s| match s.method {
+            Method::GET => (404, status(404, "NotFound", "not found")),
+            _ => (201, s.body.clone()),
+        })
+        .await;
+        assert!(won.unwrap());
+        assert_eq!(methods(&server), ["GET", "POST"]);
+        assert_eq!(server.requests[1].body["spec"]["holderIdentity"], "pod-a");
+    }
+
+    #[tokio::test]
+    async fn two_replicas_creating_at_once_one_loses() {
+        let (won, _) = acquire(|s| match s.method {
+            Method::GET => (404, status(404, "NotFound", "not found")),
+            _ => (409, status(409, "AlreadyExists", "leases already exists")),
+        })
+        .await;
+        assert!(!won.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_live_lease_of_another_replica_is_left_alone() {
+        let (won, server) = acquire(|_| (200, lease("pod-b", 3))).await;
+        assert!(!won.unwrap());
+        assert_eq!(methods(&server), ["GET"], "no write to a Lease another replica holds");
+    }
+
+    #[tokio::test]
+    async fn an_expired_lease_is_taken_over_by_compare_and_swap() {
+        let (won, server) = acquire(|s| match s.method {
+            Method::GET => (200, lease("pod-b", 60)),
+            _ => (200, s.body.clone()),
+        })
+        .await;
+        assert!(won.unwrap());
+        assert_eq!(methods(&server), ["GET", "PUT"]);
+        let put = &server.requests[1].body;
+        assert_eq!(put["metadata"]["resourceVersion"], "41", "the swap is conditional on the read");
+        assert_eq!(put["spec"]["holderIdentity"], "pod-a");
+        assert_eq!(put["spec"]["leaseTransitions"], 4);
+    }
+
+    #[tokio::test]
+    async fn losing_the_swap_to_another_replica_is_not_leading() {
+        let (won, _) = acquire(|s| match s.method {
+            Method::GET => (200, lease("pod-b", 60)),
+            _ => (409, status(409, "Conflict", "the object has been modified")),
+        })
+        .await;
+        assert!(!won.unwrap());
+    }
+
+    #[tokio::test]
+    async fn the_holder_renews_without_a_transition() {
+        let (won, server) = acquire(|s| match s.method {
+            Method::GET => (200, lease("pod-a", 2)),
+            _ => (200, s.body.clone()),
+        })
+        .await;
+        assert!(won.unwrap());
+        let put = &server.requests[1].body;
+        assert_eq!(put["spec"]["leaseTransitions"], 3);
+        let renewed: jiff::Timestamp = put["spec"]["renewTime"].as_str().unwrap().parse().unwrap();
+        assert!(jiff::Timestamp::now().duration_since(renewed).as_secs() < 5);
+    }
+
+    #[tokio::test]
+    async fn an_apiserver_error_is_an_error_not_leadership() {
+        let (won, _) = acquire(|_| (500, status(500, "InternalError", "etcd down"))).await;
+        assert!(won.is_err());
+    }
+
+    #[tokio::test]
+    async fn stepping_down_deletes_only_a_lease_still_held_on_the_version_read() {
+        for (holder, deletes) in [("pod-a", true), ("pod-b", false)] {
+            let (client, handle) = client();
+            let server = tokio::spawn(serve(handle, move |s| match s.method {
+                Method::GET => (200, lease(holder, 1)),
+                _ => (200, status(200, "Success", "")),
+            }));
+            let api: Api<Lease> = Api::namespaced(client, "rekindle");
+            release(&api, &config()).await;
+            drop(api);
+            let server = server.await.unwrap();
+            let deleted: Vec<&crate::mock_api::Seen> = server
+                .requests
+                .iter()
+                .filter(|s| s.method == Method::DELETE)
+                .collect();
+            assert_eq!(deleted.len(), usize::from(deletes), "holder {holder}");
+            if let Some(d) = deleted.first() {
+                assert_eq!(d.path, LEASE);
+                assert_eq!(d.body["preconditions"]["resourceVersion"], "41");
+            }
+        }
+    }
+}

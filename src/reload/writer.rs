@@ -45,6 +45,8 @@ use crate::retry;
 
 const MAX_ATTEMPTS: usize = 6;
 const PATCH_TIMEOUT: Duration = Duration::from_secs(60);
+/// Size of the set of invalid annotations already reported at which deleted workloads are forgotten.
+const WARNED_PRUNE_AT: usize = 1024;
 
 pub struct Writer {
     pub client: Client,
@@ -602,11 +604,14 @@ impl Writer {
         pattern: &str,
         error: &str,
     ) {
-        let first = self
-            .warned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((key.clone(), format!("{annotation}={pattern}")));
+        let first = {
+            let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+            // Bounded: past a thousand entries, forget those of workloads that are gone.
+            if warned.len() >= WARNED_PRUNE_AT {
+                warned.retain(|(w, _)| self.index.workload(w).is_some());
+            }
+            warned.insert((key.clone(), format!("{annotation}={pattern}")))
+        };
         if !first {
             return;
         }

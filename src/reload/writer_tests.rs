@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::Writer;
+use crate::mock_api::{serve, status, ApiServer, Seen};
 use crate::core::plan::{Event, PlanConfig};
 use crate::core::refs::ResourceRef;
 use crate::core::{ResourceKind, WorkloadKind};
@@ -19,70 +20,6 @@ use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::reload::lease::Leadership;
 use crate::reload::queue::{Pending, PendingChange, Queue, QueueConfig};
-
-/// One request as the mock apiserver saw it.
-#[derive(Debug)]
-struct Seen {
-    method: Method,
-    path: String,
-    content_type: String,
-    body: Value,
-}
-
-/// The scripted apiserver: `answer` gives (status, body) for each non-Event request in turn; Events
-/// are accepted and recorded apart.
-struct ApiServer {
-    requests: Vec<Seen>,
-    events: Vec<Value>,
-}
-
-async fn serve(
-    mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
-    mut answer: impl FnMut(&Seen) -> (u16, Value) + Send + 'static,
-) -> ApiServer {
-    let mut server = ApiServer {
-        requests: Vec::new(),
-        events: Vec::new(),
-    };
-    while let Some((request, send)) = handle.next_request().await {
-        let (parts, body) = request.into_parts();
-        let bytes = http_body_util::BodyExt::collect(body)
-            .await
-            .unwrap()
-            .to_bytes();
-        let seen = Seen {
-            method: parts.method,
-            path: parts.uri.path().to_string(),
-            content_type: parts
-                .headers
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_string(),
-            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        };
-        let (status, reply) = if seen.path.contains("/events") {
-            server.events.push(seen.body.clone());
-            (201, seen.body.clone())
-        } else {
-            let a = answer(&seen);
-            server.requests.push(seen);
-            a
-        };
-        send.send_response(
-            Response::builder()
-                .status(status)
-                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
-                .unwrap(),
-        );
-    }
-    server
-}
-
-fn status(code: u16, reason: &str, message: &str) -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
-        "reason": reason, "message": message})
-}
 
 fn deployment(rv: &str) -> Value {
     json!({
@@ -119,8 +56,7 @@ fn fixture(
     workload: &Value,
     answer: impl FnMut(&Seen) -> (u16, Value) + Send + 'static,
 ) -> (Fixture, WorkloadKey, Pending) {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = Client::new(service, "default");
+    let (client, handle) = crate::mock_api::client();
     let plan = PlanConfig::default();
     let index = Arc::new(Index::new());
     let key = WorkloadKey {
