@@ -69,7 +69,6 @@ pub fn status(code: u16, reason: &str, message: &str) -> Value {
         "reason": reason, "message": message})
 }
 
-
 /// A kube client whose requests go to the returned handle.
 pub fn client() -> (
     kube::Client,

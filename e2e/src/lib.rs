@@ -108,10 +108,12 @@ where
     }
 }
 
-/// A namespace of its own for one test, deleted by [`TestNamespace::cleanup`].
+/// A namespace of its own for one test, deleted by [`TestNamespace::cleanup`], or when dropped (a test
+/// that fails before its clean-up leaves nothing behind for the next one).
 pub struct TestNamespace {
     pub name: String,
     client: Client,
+    cleaned: bool,
 }
 
 impl TestNamespace {
@@ -133,14 +135,47 @@ impl TestNamespace {
         Ok(Self {
             name,
             client: client.clone(),
+            cleaned: false,
         })
     }
 
-    pub async fn cleanup(self) -> Result<()> {
-        Api::<Namespace>::all(self.client)
+    pub async fn cleanup(mut self) -> Result<()> {
+        self.cleaned = true;
+        Api::<Namespace>::all(self.client.clone())
             .delete(&self.name, &DeleteParams::background())
             .await?;
         Ok(())
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if self.cleaned {
+            return;
+        }
+        // Drop cannot await, and the test's runtime is going away: delete from a thread with a
+        // runtime and a client of its own (the cluster the test used: KUBECONFIG, else the e2e one).
+        let name = self.name.clone();
+        let kubeconfig = std::env::var_os("KUBECONFIG")
+            .map(PathBuf::from)
+            .unwrap_or_else(kubeconfig_path);
+        let deleted = std::thread::spawn(move || -> Result<()> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let client = client_from(&kubeconfig).await?;
+                let namespaces = Api::<Namespace>::all(client);
+                let params = DeleteParams::background();
+                tokio::time::timeout(Duration::from_secs(10), namespaces.delete(&name, &params))
+                    .await??;
+                Ok(())
+            })
+        })
+        .join();
+        if !matches!(deleted, Ok(Ok(()))) {
+            eprintln!("could not delete test namespace {}", self.name);
+        }
     }
 }
 

@@ -231,7 +231,11 @@ mod tests {
     }
 
     fn methods(server: &crate::mock_api::ApiServer) -> Vec<String> {
-        server.requests.iter().map(|s| s.method.to_string()).collect()
+        server
+            .requests
+            .iter()
+            .map(|s| s.method.to_string())
+            .collect()
     }
 
     #[tokio::test]
@@ -260,7 +264,11 @@ mod tests {
     async fn a_live_lease_of_another_replica_is_left_alone() {
         let (won, server) = acquire(|_| (200, lease("pod-b", 3))).await;
         assert!(!won.unwrap());
-        assert_eq!(methods(&server), ["GET"], "no write to a Lease another replica holds");
+        assert_eq!(
+            methods(&server),
+            ["GET"],
+            "no write to a Lease another replica holds"
+        );
     }
 
     #[tokio::test]
@@ -273,7 +281,10 @@ mod tests {
         assert!(won.unwrap());
         assert_eq!(methods(&server), ["GET", "PUT"]);
         let put = &server.requests[1].body;
-        assert_eq!(put["metadata"]["resourceVersion"], "41", "the swap is conditional on the read");
+        assert_eq!(
+            put["metadata"]["resourceVersion"], "41",
+            "the swap is conditional on the read"
+        );
         assert_eq!(put["spec"]["holderIdentity"], "pod-a");
         assert_eq!(put["spec"]["leaseTransitions"], 4);
     }

@@ -12,12 +12,12 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::Writer;
-use crate::mock_api::{serve, status, ApiServer, Seen};
 use crate::core::plan::{Event, PlanConfig};
 use crate::core::refs::ResourceRef;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{Metrics, ReasonLabels};
+use crate::mock_api::{serve, status, ApiServer, Seen};
 use crate::reload::lease::Leadership;
 use crate::reload::queue::{Pending, PendingChange, Queue, QueueConfig};
 
