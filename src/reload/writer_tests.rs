@@ -4,10 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hyper::{Method, Request, Response};
-use kube::client::Body;
+use hyper::Method;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::Client;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
