@@ -267,95 +267,7 @@ async fn run(config: Config) -> Result<()> {
         ready: ready.clone(),
         streaming_lists: streaming_lists(&client, config.streaming_lists).await,
     });
-    let namespaces: Vec<Option<String>> = match scope.watched_namespaces() {
-        Some(list) => list.iter().cloned().map(Some).collect(),
-        None => vec![None],
-    };
-    // Smaller list pages than kube's 500: a page of large Secrets is held whole while it is hashed, and
-    // the allocator keeps that high-water mark as RSS. More list requests at start-up, less memory.
-    let label_config = |c: watcher::Config| {
-        let c = ctx.list_config(c.page_size(RESOURCE_LIST_PAGE));
-        match &config.resource_label_selector {
-            Some(sel) => c.labels(&sel.to_string()),
-            None => c,
-        }
-    };
-    let mut watches = Vec::new();
-    if scope.selector().is_some() {
-        ready.expect("namespaces");
-        watches.push(tokio::spawn(watch::namespaces(client.clone(), ctx.clone())));
-    }
-    for ns in &namespaces {
-        let star = ns.as_deref().unwrap_or("*");
-        if !config.ignore_configmaps {
-            let api: Api<ConfigMap> = match ns {
-                Some(n) => Api::namespaced(client.clone(), n),
-                None => Api::all(client.clone()),
-            };
-            ready.expect(&format!("configmaps/{star}"));
-            watches.push(tokio::spawn(watch::resources(
-                api,
-                label_config(watcher::Config::default()),
-                ResourceKind::ConfigMap,
-                "configmaps",
-                ns.clone(),
-                configmap_hash_typed,
-                ctx.clone(),
-            )));
-        }
-        if !config.ignore_secrets {
-            let api: Api<Secret> = match ns {
-                Some(n) => Api::namespaced(client.clone(), n),
-                None => Api::all(client.clone()),
-            };
-            // Helm release blobs are large and never mounted: keep them out of the watch.
-            let wc = label_config(watcher::Config::default().fields("type!=helm.sh/release.v1"));
-            ready.expect(&format!("secrets/{star}"));
-            watches.push(tokio::spawn(watch::resources(
-                api,
-                wc,
-                ResourceKind::Secret,
-                "secrets",
-                ns.clone(),
-                secret_hash_typed,
-                ctx.clone(),
-            )));
-        }
-        if config.enable_csi {
-            let labels = config
-                .resource_label_selector
-                .as_ref()
-                .map(|s| s.to_string());
-            watches.push(tokio::spawn(watch::spcps(
-                client.clone(),
-                ns.clone(),
-                labels,
-                ctx.clone(),
-            )));
-            watches.push(tokio::spawn(watch::spcs(
-                client.clone(),
-                ns.clone(),
-                ctx.clone(),
-            )));
-        }
-        for kind in &optional {
-            watches.push(tokio::spawn(watch::optional_workloads(
-                client.clone(),
-                *kind,
-                ns.clone(),
-                ctx.clone(),
-            )));
-        }
-        for kind in &builtin {
-            ready.expect(&format!("{}/{star}", kind.name()));
-            watches.push(tokio::spawn(watch::workloads(
-                client.clone(),
-                *kind,
-                ns.clone(),
-                ctx.clone(),
-            )));
-        }
-    }
+    let watches = spawn_watches(&client, &config, &ctx, &builtin, &optional);
     // Every start-up watch is registered: only now may the last one to sync make the process ready.
     ready.seal();
 
@@ -429,6 +341,109 @@ async fn run(config: Config) -> Result<()> {
     let _ = admin_task.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts every watch of the configuration (resources per watched namespace, workloads, the namespace
+/// selector's Namespaces, CSI), each registered with the readiness tracker first.
+fn spawn_watches(
+    client: &Client,
+    config: &Config,
+    ctx: &Arc<Ctx>,
+    builtin: &[WorkloadKind],
+    optional: &[WorkloadKind],
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let scope = &ctx.scope;
+    let ready = &ctx.ready;
+    let namespaces: Vec<Option<String>> = match scope.watched_namespaces() {
+        Some(list) => list.iter().cloned().map(Some).collect(),
+        None => vec![None],
+    };
+    // Smaller list pages than kube's 500: a page of large Secrets is held whole while it is hashed, and
+    // the allocator keeps that high-water mark as RSS. More list requests at start-up, less memory.
+    let label_config = |c: watcher::Config| {
+        let c = ctx.list_config(c.page_size(RESOURCE_LIST_PAGE));
+        match &config.resource_label_selector {
+            Some(sel) => c.labels(&sel.to_string()),
+            None => c,
+        }
+    };
+    let mut watches = Vec::new();
+    if scope.selector().is_some() {
+        ready.expect("namespaces");
+        watches.push(tokio::spawn(watch::namespaces(client.clone(), ctx.clone())));
+    }
+    for ns in &namespaces {
+        let star = ns.as_deref().unwrap_or("*");
+        if !config.ignore_configmaps {
+            let api: Api<ConfigMap> = match ns {
+                Some(n) => Api::namespaced(client.clone(), n),
+                None => Api::all(client.clone()),
+            };
+            ready.expect(&format!("configmaps/{star}"));
+            watches.push(tokio::spawn(watch::resources(
+                api,
+                label_config(watcher::Config::default()),
+                ResourceKind::ConfigMap,
+                "configmaps",
+                ns.clone(),
+                configmap_hash_typed,
+                ctx.clone(),
+            )));
+        }
+        if !config.ignore_secrets {
+            let api: Api<Secret> = match ns {
+                Some(n) => Api::namespaced(client.clone(), n),
+                None => Api::all(client.clone()),
+            };
+            // Helm release blobs are large and never mounted: keep them out of the watch.
+            let wc = label_config(watcher::Config::default().fields("type!=helm.sh/release.v1"));
+            ready.expect(&format!("secrets/{star}"));
+            watches.push(tokio::spawn(watch::resources(
+                api,
+                wc,
+                ResourceKind::Secret,
+                "secrets",
+                ns.clone(),
+                secret_hash_typed,
+                ctx.clone(),
+            )));
+        }
+        if config.enable_csi {
+            let labels = config
+                .resource_label_selector
+                .as_ref()
+                .map(|s| s.to_string());
+            watches.push(tokio::spawn(watch::spcps(
+                client.clone(),
+                ns.clone(),
+                labels,
+                ctx.clone(),
+            )));
+            watches.push(tokio::spawn(watch::spcs(
+                client.clone(),
+                ns.clone(),
+                ctx.clone(),
+            )));
+        }
+        for kind in optional {
+            watches.push(tokio::spawn(watch::optional_workloads(
+                client.clone(),
+                *kind,
+                ns.clone(),
+                ctx.clone(),
+            )));
+        }
+        for kind in builtin {
+            ready.expect(&format!("{}/{star}", kind.name()));
+            watches.push(tokio::spawn(watch::workloads(
+                client.clone(),
+                *kind,
+                ns.clone(),
+                ctx.clone(),
+            )));
+        }
+    }
+    watches
 }
 
 async fn wait_for_signal() {
