@@ -8,19 +8,18 @@
 pub mod http;
 pub mod lookup;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use base64::Engine as _;
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, PatchOperation};
+use json_patch::PatchOperation;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::config::scope::ScopeFilter;
-use crate::core::patch::{self, config_hashes, MarkerChange, Place};
-use crate::core::plan::{self, marker_place, Change, Event, PlanConfig, Strategy};
+use crate::core::patch::{self, MarkerChange, Place};
+use crate::core::plan::{self, marker_place, Change, Event, PlanConfig};
 use crate::core::policy::WorkloadPolicy;
 use crate::core::refs::{self, ResourceRef};
 use crate::core::WorkloadKind;
@@ -294,7 +293,7 @@ impl Admission {
             .as_ref()
             .filter(|o| updating && o.is_object());
         let mut ops = match old {
-            Some(old) => restore_markers(&self.plan, kind, old, &obj)?,
+            Some(old) => plan::restore_markers(&self.plan, kind, old, &obj)?,
             None => Vec::new(),
         };
         // The markers `entry` read are those of the incoming object; restored ones change that.
@@ -403,108 +402,6 @@ impl Admission {
         }
         out
     }
-}
-
-/// Ops that put back markers the old object had and the incoming one dropped (a `kubectl replace` or a
-/// GitOps re-apply of the original manifest): old value, old position.
-fn restore_markers(
-    cfg: &PlanConfig,
-    kind: WorkloadKind,
-    old: &Value,
-    new: &Value,
-) -> Result<Vec<PatchOperation>, String> {
-    let mut ops = Vec::new();
-    if cfg.strategy == Strategy::EnvVars && marker_place(cfg, new, kind) == Place::Template {
-        let tpl = kind.template_pointer();
-        let containers = |o: &Value| {
-            o.pointer(&format!("{tpl}/spec/containers"))
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        };
-        let (old_cs, new_cs) = (containers(old), containers(new));
-        for old_c in &old_cs {
-            let Some(cname) = old_c.get("name").and_then(Value::as_str) else {
-                continue;
-            };
-            let Some(ci) = new_cs
-                .iter()
-                .position(|c| c.get("name").and_then(Value::as_str) == Some(cname))
-            else {
-                continue;
-            };
-            let new_env: Vec<Value> = new_cs[ci]
-                .get("env")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            let had_env_array = new_cs[ci].get("env").is_some_and(Value::is_array);
-            let mut len = new_env.len();
-            let mut created = had_env_array;
-            for (pos, e) in old_c
-                .get("env")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
-                let Some(ename) = e
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .filter(|n| n.starts_with("STAKATER_"))
-                else {
-                    continue;
-                };
-                if new_env
-                    .iter()
-                    .any(|n| n.get("name").and_then(Value::as_str) == Some(ename))
-                {
-                    continue;
-                }
-                let mut path = PointerBuf::from_tokens(tpl.split('/').skip(1));
-                for t in ["spec", "containers"] {
-                    path.push_back(t);
-                }
-                path.push_back(ci);
-                path.push_back("env");
-                if !created {
-                    ops.push(PatchOperation::Add(AddOperation {
-                        path: path.clone(),
-                        value: json!([]),
-                    }));
-                    created = true;
-                }
-                path.push_back(pos.min(len));
-                ops.push(PatchOperation::Add(AddOperation {
-                    path,
-                    value: e.clone(),
-                }));
-                len += 1;
-            }
-        }
-    }
-    for place in [Place::Template, Place::Metadata] {
-        let old_map = config_hashes(old, kind, place);
-        if old_map.is_empty() {
-            continue;
-        }
-        let new_map = config_hashes(new, kind, place);
-        let missing: BTreeMap<String, String> = old_map
-            .into_iter()
-            .filter(|(k, _)| !new_map.contains_key(k))
-            .collect();
-        if missing.is_empty() {
-            continue;
-        }
-        let changes: Vec<MarkerChange> = missing
-            .into_iter()
-            .map(|(key, hash)| MarkerChange::SetConfigHash { place, key, hash })
-            .collect();
-        let mut working = new.clone();
-        json_patch::patch(&mut working, &ops).map_err(|e| e.to_string())?;
-        ops.extend(patch::render(&working, kind, &changes).map_err(|e| e.to_string())?);
-    }
-    Ok(ops)
 }
 
 fn annotation_bytes(obj: &Value, kind: WorkloadKind) -> usize {

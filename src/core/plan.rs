@@ -1,13 +1,18 @@
 //! One decision end to end: policy (§5), container (§6) and marker changes (§7, §10) for one workload
 //! and one changed resource. The webhook, the writer and `rekindle explain` all call this.
 
+use std::collections::BTreeMap;
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::envname::env_var_name;
 use super::hash::delete_marker_hash;
 use super::patch::{
-    config_hash_key, config_hashes, env_value, first_env_value, MarkerChange, Place, ReloadSource,
+    self, config_hash_key, config_hashes, env_value, first_env_value, MarkerChange, Place,
+    ReloadSource,
 };
 use super::policy::{
     decide, Decision, PolicyConfig, Reason, ResourceFlags, WorkloadPolicy,
@@ -380,6 +385,118 @@ fn other_strategy_marker(
     }
 }
 
+/// Ops that put back markers the old object had and the incoming one dropped (a `kubectl replace` or a
+/// GitOps re-apply of the original manifest): old value, old position.
+pub fn restore_markers(
+    cfg: &PlanConfig,
+    kind: WorkloadKind,
+    old: &Value,
+    new: &Value,
+) -> Result<Vec<PatchOperation>, String> {
+    let mut ops = Vec::new();
+    if cfg.strategy == Strategy::EnvVars && marker_place(cfg, new, kind) == Place::Template {
+        restore_env_markers(kind, old, new, &mut ops);
+    }
+    for place in [Place::Template, Place::Metadata] {
+        let old_map = config_hashes(old, kind, place);
+        if old_map.is_empty() {
+            continue;
+        }
+        let new_map = config_hashes(new, kind, place);
+        let missing: BTreeMap<String, String> = old_map
+            .into_iter()
+            .filter(|(k, _)| !new_map.contains_key(k))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let changes: Vec<MarkerChange> = missing
+            .into_iter()
+            .map(|(key, hash)| MarkerChange::SetConfigHash { place, key, hash })
+            .collect();
+        let mut working = new.clone();
+        json_patch::patch(&mut working, &ops).map_err(|e| e.to_string())?;
+        ops.extend(patch::render(&working, kind, &changes).map_err(|e| e.to_string())?);
+    }
+    Ok(ops)
+}
+
+/// The `STAKATER_*` env entries of each container that the new object dropped, at their old position.
+fn restore_env_markers(
+    kind: WorkloadKind,
+    old: &Value,
+    new: &Value,
+    ops: &mut Vec<PatchOperation>,
+) {
+    let tpl = kind.template_pointer();
+    let containers = |o: &Value| {
+        o.pointer(&format!("{tpl}/spec/containers"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (old_cs, new_cs) = (containers(old), containers(new));
+    for old_c in &old_cs {
+        let Some(cname) = old_c.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        let Some(ci) = new_cs
+            .iter()
+            .position(|c| c.get("name").and_then(Value::as_str) == Some(cname))
+        else {
+            continue;
+        };
+        let new_env: Vec<Value> = new_cs[ci]
+            .get("env")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let had_env_array = new_cs[ci].get("env").is_some_and(Value::is_array);
+        let mut len = new_env.len();
+        let mut created = had_env_array;
+        for (pos, e) in old_c
+            .get("env")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let Some(ename) = e
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| n.starts_with("STAKATER_"))
+            else {
+                continue;
+            };
+            if new_env
+                .iter()
+                .any(|n| n.get("name").and_then(Value::as_str) == Some(ename))
+            {
+                continue;
+            }
+            let mut path = PointerBuf::from_tokens(tpl.split('/').skip(1));
+            for t in ["spec", "containers"] {
+                path.push_back(t);
+            }
+            path.push_back(ci);
+            path.push_back("env");
+            if !created {
+                ops.push(PatchOperation::Add(AddOperation {
+                    path: path.clone(),
+                    value: json!([]),
+                }));
+                created = true;
+            }
+            path.push_back(pos.min(len));
+            ops.push(PatchOperation::Add(AddOperation {
+                path,
+                value: e.clone(),
+            }));
+            len += 1;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,6 +505,48 @@ mod tests {
 
     const H1: &str = "3c9a892aeaedc759abc3df9884a37b8be5680382";
     const H2: &str = "f83e99e324ba68ccc373a58ef1eb42f8ab88646a";
+
+    #[test]
+    fn a_replace_that_drops_markers_gets_them_back_where_they_were() {
+        let container = |env: Value| json!({"name": "app", "image": "i", "env": env});
+        let old = json!({"spec": {"template": {"metadata": {}, "spec": {"containers": [container(json!([
+            {"name": "A", "value": "1"},
+            {"name": "STAKATER_CFG_CONFIGMAP", "value": H1},
+            {"name": "B", "value": "2"}
+        ]))]}}}});
+        // The original manifest re-applied: no marker.
+        let new = json!({"spec": {"template": {"metadata": {}, "spec": {"containers": [container(json!([
+            {"name": "A", "value": "1"},
+            {"name": "B", "value": "3"}
+        ]))]}}}});
+        let cfg = PlanConfig::default();
+        let ops = restore_markers(&cfg, WorkloadKind::Deployment, &old, &new).unwrap();
+        let mut restored = new.clone();
+        json_patch::patch(&mut restored, &ops).unwrap();
+        let env = &restored["spec"]["template"]["spec"]["containers"][0]["env"];
+        assert_eq!(
+            env[1],
+            json!({"name": "STAKATER_CFG_CONFIGMAP", "value": H1})
+        );
+        assert_eq!(
+            env[2],
+            json!({"name": "B", "value": "3"}),
+            "the new value of B is kept"
+        );
+        // Nothing dropped, nothing to restore; a container without env gets the array first.
+        assert!(restore_markers(&cfg, WorkloadKind::Deployment, &old, &old)
+            .unwrap()
+            .is_empty());
+        let bare = json!({"spec": {"template": {"metadata": {}, "spec": {"containers": [
+            {"name": "app", "image": "i"}]}}}});
+        let ops = restore_markers(&cfg, WorkloadKind::Deployment, &old, &bare).unwrap();
+        let mut restored = bare.clone();
+        json_patch::patch(&mut restored, &ops).unwrap();
+        assert_eq!(
+            restored["spec"]["template"]["spec"]["containers"][0]["env"],
+            json!([{"name": "STAKATER_CFG_CONFIGMAP", "value": H1}])
+        );
+    }
 
     fn workload(kind: WorkloadKind, annotations: Value) -> Value {
         let template = json!({"metadata": {"labels": {"app": "x"}}, "spec": {
