@@ -1,6 +1,6 @@
 //! What runs beside the watches and the writer: the catch-up once every watch has synced (and on
-//! becoming leader), the periodic consistency pass, the index and queue gauges, expiry of the index's
-//! short-lived records, and handing freed heap back to the OS.
+//! becoming leader), the periodic consistency pass, expiry of the index's short-lived records, and
+//! handing freed heap back to the OS.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +48,7 @@ impl Housekeeping {
         }
         let mut consistency =
             tokio::time::interval_at(tokio::time::Instant::now(), self.consistency_interval);
-        let mut gauges = tokio::time::interval(Duration::from_secs(5));
+        let mut expiry = tokio::time::interval(Duration::from_secs(5));
         // Its first tick is immediate: the peak of the first sync is handed back at once.
         let mut trim = tokio::time::interval(HEAP_TRIM_INTERVAL);
         let mut leader_check = tokio::time::interval(Duration::from_millis(500));
@@ -70,7 +70,7 @@ impl Housekeeping {
                     was_leader = leading;
                 }
                 _ = trim.tick() => release_free_heap(),
-                _ = gauges.tick() => self.gauges(),
+                _ = expiry.tick() => self.expire(),
                 _ = shutdown.cancelled() => return,
             }
         }
@@ -107,17 +107,10 @@ impl Housekeeping {
         }
     }
 
-    fn gauges(&self) {
+    /// Expires the index's short-lived records (the sizes are read at scrape time).
+    fn expire(&self) {
         self.index.expire_provisional(PROVISIONAL_TTL);
         self.index.expire_recent_changes();
-        let s = self.index.sizes();
-        self.metrics.index_resources.set(s.resources as i64);
-        self.metrics.index_workloads.set(s.workloads as i64);
-        self.metrics.index_provisional.set(s.provisional as i64);
-        if let Some(queue) = &self.catch_up {
-            self.metrics.queue_depth.set(queue.depth() as i64);
-            self.metrics.workqueue_depth.set(queue.depth() as i64);
-        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Wiring only: the client, the registry, the index, the servers, the watches and the writer.
 
 mod housekeeping;
+mod sizes;
 
 use housekeeping::Housekeeping;
 use std::sync::Arc;
@@ -129,7 +130,6 @@ async fn run(config: Config) -> Result<()> {
         &mut registry,
         std::env::var("METRICS_COUNT_BY_NAMESPACE").as_deref() == Ok("enabled"),
     ));
-    let registry = Arc::new(registry);
     let client = client(&config, &metrics).await?;
     let shutdown = CancellationToken::new();
     let health = Arc::new(Health::default());
@@ -143,6 +143,11 @@ async fn run(config: Config) -> Result<()> {
         })
         .counting_adds(metrics.workqueue_adds.clone()),
     );
+    registry.register_collector(Box::new(sizes::SizesCollector {
+        index: index.clone(),
+        queue: queue.clone(),
+    }));
+    let registry = Arc::new(registry);
     let ready = ReadyTracker::new({
         let health = health.clone();
         move || health.set_ready(true)

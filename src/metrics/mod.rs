@@ -96,10 +96,6 @@ pub struct Metrics {
     pub events_received: Family<EventLabels, Counter>,
     pub admission_requests: Family<AdmissionLabels, Counter>,
     pub admission_duration: Histogram,
-    pub index_resources: Gauge,
-    pub index_workloads: Gauge,
-    pub index_provisional: Gauge,
-    pub queue_depth: Gauge,
     pub reloads_coalesced: Counter,
     pub workload_reads: Family<ReasonLabels, Counter>,
     pub reload_attempt_failures: Family<ReasonLabels, Counter>,
@@ -113,7 +109,6 @@ pub struct Metrics {
     pub tls_cert_not_after: Gauge,
     pub reconcile: Family<ResultLabels, Counter>,
     pub reconcile_duration: Family<ResultLabels, Histogram>,
-    pub workqueue_depth: Gauge,
     pub workqueue_adds: Counter,
     pub workqueue_latency: Histogram,
     pub errors_by_type: Family<TypeLabels, Counter>,
@@ -156,10 +151,6 @@ impl Metrics {
                 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                 1.0, 2.5,
             ]),
-            index_resources: Gauge::default(),
-            index_workloads: Gauge::default(),
-            index_provisional: Gauge::default(),
-            queue_depth: Gauge::default(),
             reloads_coalesced: Counter::default(),
             workload_reads: Family::default(),
             reload_attempt_failures: Family::default(),
@@ -173,7 +164,6 @@ impl Metrics {
             tls_cert_not_after: Gauge::default(),
             reconcile: Family::default(),
             reconcile_duration: Family::new_with_constructor(reconcile_buckets),
-            workqueue_depth: Gauge::default(),
             workqueue_adds: Counter::default(),
             workqueue_latency: Histogram::new([
                 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -237,26 +227,6 @@ impl Metrics {
             m.admission_duration.clone(),
         );
         registry.register(
-            "rekindle_index_resources",
-            "Resources (hashes) in the index",
-            m.index_resources.clone(),
-        );
-        registry.register(
-            "rekindle_index_workloads",
-            "Workloads in the index",
-            m.index_workloads.clone(),
-        );
-        registry.register(
-            "rekindle_index_provisional_workloads",
-            "Admission records awaiting the watch",
-            m.index_provisional.clone(),
-        );
-        registry.register(
-            "rekindle_queue_depth",
-            "Workloads waiting to be reloaded",
-            m.queue_depth.clone(),
-        );
-        registry.register(
             "rekindle_reloads_coalesced",
             "Changes merged into an already queued reload",
             m.reloads_coalesced.clone(),
@@ -316,11 +286,6 @@ impl Metrics {
             "reloader_reconcile_duration_seconds",
             "Time to handle one resource change, by result",
             m.reconcile_duration.clone(),
-        );
-        registry.register(
-            "reloader_workqueue_depth",
-            "Workloads waiting to be reloaded",
-            m.workqueue_depth.clone(),
         );
         registry.register(
             "reloader_workqueue_adds",

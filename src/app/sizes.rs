@@ -1,0 +1,125 @@
+//! What the index and the reload queue hold, read at scrape time (no gauge to keep in step).
+
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::gauge::ConstGauge;
+
+use crate::index::Index;
+use crate::reload::queue::Queue;
+
+pub struct SizesCollector {
+    pub index: Arc<Index>,
+    pub queue: Arc<Queue>,
+}
+
+impl std::fmt::Debug for SizesCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SizesCollector")
+    }
+}
+
+impl Collector for SizesCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = self.index.sizes();
+        let depth = self.queue.depth() as i64;
+        let series = [
+            (
+                "rekindle_index_resources",
+                "Resources (hashes) in the index",
+                s.resources as i64,
+            ),
+            (
+                "rekindle_index_workloads",
+                "Workloads in the index",
+                s.workloads as i64,
+            ),
+            (
+                "rekindle_index_provisional_workloads",
+                "Admission records awaiting the watch",
+                s.provisional as i64,
+            ),
+            (
+                "rekindle_queue_depth",
+                "Workloads waiting to be reloaded",
+                depth,
+            ),
+            (
+                "reloader_workqueue_depth",
+                "Workloads waiting to be reloaded",
+                depth,
+            ),
+        ];
+        for (name, help, value) in series {
+            let gauge = ConstGauge::new(value);
+            let m = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+            gauge.encode(m)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::plan::Event;
+    use crate::core::refs::ResourceRef;
+    use crate::core::{ResourceKind, WorkloadKind};
+    use crate::index::{ResourceEntry, ResourceKey, WorkloadKey};
+    use crate::reload::queue::QueueConfig;
+    use prometheus_client::registry::Registry;
+
+    #[test]
+    fn sizes_are_read_at_scrape_time() {
+        let index = Arc::new(Index::new());
+        let queue = Arc::new(Queue::new(QueueConfig {
+            debounce: std::time::Duration::from_secs(60),
+            debounce_max: std::time::Duration::from_secs(60),
+            min_interval: Default::default(),
+        }));
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(SizesCollector {
+            index: index.clone(),
+            queue: queue.clone(),
+        }));
+        let scrape = || {
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+            out
+        };
+        assert!(scrape().contains("rekindle_index_resources 0\n"));
+        index.update_resource(
+            &ResourceKey::new(ResourceKind::ConfigMap, "ns", "cfg"),
+            ResourceEntry {
+                hash: "h".into(),
+                flags: Default::default(),
+            },
+        );
+        let workload = WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: "ns".into(),
+            name: "web".into(),
+        };
+        let r = ResourceRef {
+            kind: ResourceKind::ConfigMap,
+            name: "cfg".into(),
+        };
+        queue.push(
+            workload,
+            r,
+            Event::Update,
+            tokio::time::Instant::now(),
+            false,
+        );
+        let text = scrape();
+        for line in [
+            "rekindle_index_resources 1\n",
+            "rekindle_index_workloads 0\n",
+            "rekindle_queue_depth 1\n",
+            "reloader_workqueue_depth 1\n",
+        ] {
+            assert!(text.contains(line), "{line:?} not in\n{text}");
+        }
+    }
+}
