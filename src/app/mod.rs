@@ -23,7 +23,7 @@ use crate::core::hash::{configmap_hash_typed, secret_hash_typed};
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::Index;
 use crate::metrics::Metrics;
-use crate::outbound::alert::{AlertConfig, Alerter};
+use crate::outbound::alert::Alerter;
 use crate::outbound::notify::Notifier;
 use crate::reload::lease::{self, Leadership};
 use crate::reload::pause::PauseReconciler;
@@ -128,7 +128,7 @@ async fn run(config: Config) -> Result<()> {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::new(
         &mut registry,
-        std::env::var("METRICS_COUNT_BY_NAMESPACE").as_deref() == Ok("enabled"),
+        config.metrics_count_by_namespace,
     ));
     let client = client(&config, &metrics).await?;
     let shutdown = CancellationToken::new();
@@ -171,11 +171,11 @@ async fn run(config: Config) -> Result<()> {
     }
     let kinds: Vec<WorkloadKind> = builtin.iter().chain(optional.iter()).copied().collect();
     let (leadership, election) = if config.enable_ha {
-        let identity = std::env::var("POD_NAME")
-            .ok()
-            .or_else(|| hostname::get().ok().and_then(|h| h.into_string().ok()))
-            .unwrap_or_else(|| "rekindle".into());
-        let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
+        let identity = instance_name(&config).unwrap_or_else(|| "rekindle".into());
+        let namespace = config
+            .pod_namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
         tracing::info!(%identity, %namespace, lease = %config.lease_name, "leader election on");
         let (leadership, election) = lease::start(
             client.clone(),
@@ -278,9 +278,7 @@ async fn run(config: Config) -> Result<()> {
 
     let reporter = Reporter {
         controller: "rekindle".into(),
-        instance: std::env::var("POD_NAME")
-            .ok()
-            .or_else(|| hostname::get().ok().and_then(|h| h.into_string().ok())),
+        instance: instance_name(&config),
     };
     let mut writer = Writer::new(
         client.clone(),
@@ -292,7 +290,7 @@ async fn run(config: Config) -> Result<()> {
         config.max_concurrent_reloads,
         leadership.clone(),
     );
-    if let Some(alerts) = AlertConfig::from_env(|k| std::env::var(k).ok()) {
+    if let Some(alerts) = config.alerts.clone() {
         tracing::info!(sink = ?alerts.sink, "alerts after reloads on");
         writer.alerter = Some(Alerter::start(alerts, metrics.clone())?);
     }
@@ -449,6 +447,14 @@ fn spawn_watches(
         }
     }
     watches
+}
+
+/// This replica's name: the pod's (downward API), else the host's.
+fn instance_name(config: &Config) -> Option<String> {
+    config
+        .pod_name
+        .clone()
+        .or_else(|| hostname::get().ok().and_then(|h| h.into_string().ok()))
 }
 
 async fn wait_for_signal() {

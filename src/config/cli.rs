@@ -13,6 +13,8 @@ use crate::core::duration::parse_go_duration;
 use crate::core::plan::{CronJobStrategy, PlanConfig, Strategy};
 use crate::core::policy::{AnnotationKeys, PolicyConfig};
 use crate::core::WorkloadKind;
+use crate::outbound::alert::AlertConfig;
+pub use crate::server::tls::TlsVersion;
 
 pub const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
@@ -279,12 +281,6 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TlsVersion {
-    Tls12,
-    Tls13,
-}
-
 /// Which namespaces rekindle acts in.
 #[derive(Debug, Clone, Default)]
 pub struct Scope {
@@ -329,6 +325,14 @@ pub struct Config {
     pub webhook_http2: bool,
     pub shutdown_delay: Duration,
     pub kubeconfig: Option<PathBuf>,
+    /// `METRICS_COUNT_BY_NAMESPACE=enabled`.
+    pub metrics_count_by_namespace: bool,
+    /// `POD_NAME` and `POD_NAMESPACE` (the downward API): the Lease identity and namespace, the Events'
+    /// reporting instance.
+    pub pod_name: Option<String>,
+    pub pod_namespace: Option<String>,
+    /// `ALERT_*`: alerts after reloads.
+    pub alerts: Option<AlertConfig>,
 }
 
 /// A flag value rekindle refuses; the process exits with status 2.
@@ -530,6 +534,11 @@ impl Config {
             webhook_http2: args.webhook_http2,
             shutdown_delay: duration("shutdown-delay", &args.shutdown_delay)?,
             kubeconfig: args.kubeconfig.clone(),
+            metrics_count_by_namespace: env("METRICS_COUNT_BY_NAMESPACE").as_deref()
+                == Some("enabled"),
+            pod_name: env("POD_NAME").filter(|s| !s.is_empty()),
+            pod_namespace: env("POD_NAMESPACE").filter(|s| !s.is_empty()),
+            alerts: AlertConfig::from_env(&env),
         };
         Ok((config, warnings))
     }
@@ -911,6 +920,32 @@ mod tests {
             c.scope.namespaces,
             Some(["a".to_string(), "b".to_string()].into())
         );
+    }
+
+    #[test]
+    fn the_environment_is_read_into_the_config() {
+        let cli = Cli::try_parse_from(["rekindle"]).unwrap();
+        let env = |k: &str| {
+            let v = match k {
+                "POD_NAME" => "rekindle-0",
+                "POD_NAMESPACE" => "rekindle",
+                "METRICS_COUNT_BY_NAMESPACE" => "enabled",
+                "ALERT_ON_RELOAD" => "true",
+                "ALERT_WEBHOOK_URL" => "https://hooks.example/x",
+                "ALERT_WEBHOOK_PROXY" => "http://proxy:3128",
+                _ => return None,
+            };
+            Some(v.to_string())
+        };
+        let (c, _) = Config::from_args(&cli.server, env).unwrap();
+        assert_eq!(c.pod_name.as_deref(), Some("rekindle-0"));
+        assert_eq!(c.pod_namespace.as_deref(), Some("rekindle"));
+        assert!(c.metrics_count_by_namespace);
+        let alerts = c.alerts.unwrap();
+        assert_eq!(alerts.url, "https://hooks.example/x");
+        assert_eq!(alerts.proxy.as_deref(), Some("http://proxy:3128"));
+        let (c, _) = Config::from_args(&cli.server, |_| None).unwrap();
+        assert!(c.pod_name.is_none() && c.alerts.is_none() && !c.metrics_count_by_namespace);
     }
 
     #[test]

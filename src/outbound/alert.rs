@@ -29,6 +29,8 @@ pub struct AlertConfig {
     pub url: String,
     pub sink: Sink,
     pub additional_info: Option<String>,
+    /// `ALERT_WEBHOOK_PROXY`: an HTTP proxy (CONNECT) the alerts go through.
+    pub proxy: Option<String>,
 }
 
 impl AlertConfig {
@@ -52,10 +54,12 @@ impl AlertConfig {
             _ => Sink::Raw,
         };
         let additional_info = env("ALERT_ADDITIONAL_INFO").map(|s| s.trim().to_string());
+        let proxy = env("ALERT_WEBHOOK_PROXY").filter(|p| !p.trim().is_empty());
         Some(Self {
             url,
             sink,
             additional_info,
+            proxy,
         })
     }
 
@@ -105,11 +109,9 @@ impl Alerter {
             .url
             .parse()
             .with_context(|| format!("ALERT_WEBHOOK_URL {:?} is not a URL", cfg.url))?;
-        let client = match std::env::var("ALERT_WEBHOOK_PROXY") {
-            Ok(p) if !p.trim().is_empty() => {
-                HttpClient::via_proxy(&p).context("ALERT_WEBHOOK_PROXY")?
-            }
-            _ => HttpClient::direct()?,
+        let client = match &cfg.proxy {
+            Some(p) => HttpClient::via_proxy(p).context("ALERT_WEBHOOK_PROXY")?,
+            None => HttpClient::direct()?,
         };
         let destination = Destination {
             url,
@@ -179,6 +181,7 @@ mod tests {
             url: "http://x".into(),
             sink,
             additional_info: Some("prod".into()),
+            proxy: None,
         };
         let (slack, ct) = cfg(Sink::Slack).payload(&msg);
         assert_eq!(ct, "application/json");
