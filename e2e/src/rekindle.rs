@@ -72,9 +72,20 @@ pub struct Rekindle {
 }
 
 pub fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    Ok(free_ports::<1>()?[0])
+}
+
+/// `N` distinct free ports: every listener is held until all are chosen (ports picked one after
+/// another can come back equal).
+pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let mut ports = [0; N];
+    for (port, l) in ports.iter_mut().zip(&listeners) {
+        *port = l.local_addr()?.port();
+    }
+    Ok(ports)
 }
 
 /// A plain HTTP GET on 127.0.0.1: status code and body.
@@ -112,10 +123,11 @@ impl Rekindle {
             "rekindle-e2e-{}",
             namespaces.first().ok_or_else(|| anyhow!("no namespace"))?
         );
+        let [admin_port, webhook_port] = free_ports()?;
         let mut r = Self {
             child: None,
-            admin_port: free_port()?,
-            webhook_port: free_port()?,
+            admin_port,
+            webhook_port,
             log: state_dir().join("logs").join(format!("{registration}.log")),
             registration,
             client: client.clone(),

@@ -1466,10 +1466,7 @@ async fn argo_rollouts_restart_and_rollout_body() -> Result<()> {
     crds_established(&["rollouts.argoproj.io", "analysisruns.argoproj.io"]).await?;
     let kubeconfig = std::env::var("KUBECONFIG")?;
     let dir = tempfile::tempdir()?;
-    let (metrics, healthz) = (
-        e2e::rekindle::free_port()?.to_string(),
-        e2e::rekindle::free_port()?.to_string(),
-    );
+    let [metrics, healthz] = e2e::rekindle::free_ports()?.map(|p| p.to_string());
     let mut controller = e2e::companions::HostProcess::start(
         &companions.join("rollouts-controller"),
         &[
