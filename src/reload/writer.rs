@@ -35,6 +35,7 @@ use crate::core::patch::{self, MarkerChange, Place};
 use crate::core::pause::{pause_ops, PauseDecision};
 use crate::core::plan::{self, Action, Change, Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
+use crate::core::refs::ResourceRef;
 use crate::core::skeleton;
 use crate::core::WorkloadKind;
 use crate::index::{Index, ResourceKey, WorkloadEntry, WorkloadKey};
@@ -70,6 +71,15 @@ enum Outcome {
     Reloaded,
     NothingToDo,
     Gone,
+}
+
+/// The pending changes planned on the object: the marker changes, the object with them applied, the
+/// resources that caused them and what to do.
+struct Planned {
+    working: Value,
+    changes: Vec<MarkerChange>,
+    reasons: Vec<ResourceRef>,
+    action: Action,
 }
 
 /// A failed attempt, and whether it was planned from the index (whose record may be behind the object).
@@ -237,39 +247,93 @@ impl Writer {
         pending: &Pending,
         from_index: bool,
     ) -> Result<Outcome, WriteError> {
-        let (value, rv) = match self.planning_view(key, from_index) {
-            Ok(skeleton) => (skeleton, None),
-            Err(reason) => {
-                self.metrics
-                    .workload_reads
-                    .get_or_create(&ReasonLabels {
-                        reason: reason.into(),
-                    })
-                    .inc();
-                let obj = match api.get_opt(&key.name).await {
-                    Ok(Some(o)) => o,
-                    Ok(None) => return Ok(Outcome::Gone),
-                    Err(e) => return Err(WriteError::from_kube("GET", e)),
-                };
-                let Some(rv) = obj.metadata.resource_version.clone() else {
-                    return Err(WriteError::Invalid("object has no resourceVersion".into()));
-                };
-                let Ok(value) = serde_json::to_value(&obj) else {
-                    return Err(WriteError::Invalid("object does not serialise".into()));
-                };
-                (value, Some(rv))
-            }
+        let Some((value, rv)) = self.view(api, key, from_index).await? else {
+            return Ok(Outcome::Gone);
         };
         let uid = value
             .pointer("/metadata/uid")
             .and_then(Value::as_str)
             .map(String::from);
-        let now = jiff::Timestamp::now().as_second();
+        let planned = self
+            .plan_pending(key, uid.as_deref(), &value, pending)
+            .await?;
+        if planned.changes.is_empty() {
+            return Ok(Outcome::NothingToDo);
+        }
+        let (changes, action) = (&planned.changes, planned.action);
+        let written = match action {
+            Action::Patch | Action::Restart => {
+                self.patch(api, key, &value, rv, changes, action == Action::Restart)
+                    .await
+            }
+            Action::CreateJob => {
+                self.create_job(api, key, &value, &planned.working, rv, changes)
+                    .await
+            }
+            Action::RecreateJob => self.recreate_job(api, key, &planned.working).await,
+            Action::None => return Ok(Outcome::NothingToDo),
+        };
+        match written {
+            Ok(()) => {
+                self.announce(key, uid.as_deref(), &planned.reasons, action)
+                    .await;
+                Ok(Outcome::Reloaded)
+            }
+            Err(WriteError::Gone) => Ok(Outcome::Gone),
+            Err(e) => Err(e),
+        }
+    }
 
-        let mut working = value.clone();
-        let mut changes = Vec::new();
-        let mut reasons = Vec::new();
-        let mut action = Action::None;
+    /// What to plan from: the index's skeleton (no resourceVersion), or the object read from the API
+    /// with its resourceVersion; `None` when the object is gone.
+    async fn view(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &WorkloadKey,
+        from_index: bool,
+    ) -> Result<Option<(Value, Option<String>)>, WriteError> {
+        let reason = match self.planning_view(key, from_index) {
+            Ok(skeleton) => return Ok(Some((skeleton, None))),
+            Err(reason) => reason,
+        };
+        self.metrics
+            .workload_reads
+            .get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            })
+            .inc();
+        let Some(obj) = api
+            .get_opt(&key.name)
+            .await
+            .map_err(|e| WriteError::from_kube("GET", e))?
+        else {
+            return Ok(None);
+        };
+        let rv = obj
+            .metadata
+            .resource_version
+            .clone()
+            .ok_or_else(|| WriteError::Invalid("object has no resourceVersion".into()))?;
+        let value = serde_json::to_value(&obj)
+            .map_err(|_| WriteError::Invalid("object does not serialise".into()))?;
+        Ok(Some((value, Some(rv))))
+    }
+
+    /// Plans every pending change of the workload in turn, each on the result of the ones before.
+    async fn plan_pending(
+        &self,
+        key: &WorkloadKey,
+        uid: Option<&str>,
+        value: &Value,
+        pending: &Pending,
+    ) -> Result<Planned, WriteError> {
+        let now = jiff::Timestamp::now().as_second();
+        let mut planned = Planned {
+            working: value.clone(),
+            changes: Vec::new(),
+            reasons: Vec::new(),
+            action: Action::None,
+        };
         for (r, pc) in &pending.changes {
             let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
             let (hash, flags, event) = match (pc.event, self.index.resource(&rk)) {
@@ -288,11 +352,11 @@ impl Writer {
                 flags,
                 event,
             };
-            let p = plan::plan(&self.plan, &working, key.kind, &change, now);
+            let p = plan::plan(&self.plan, &planned.working, key.kind, &change, now);
             for invalid in &p.decision.invalid_patterns {
                 self.warn_invalid(
                     key,
-                    uid.as_deref(),
+                    uid,
                     &invalid.annotation,
                     &invalid.pattern,
                     &invalid.error,
@@ -302,58 +366,45 @@ impl Writer {
             if p.changes.is_empty() {
                 continue;
             }
-            match patch::apply(&working, key.kind, &p.changes) {
-                Ok(next) => working = next,
-                Err(e) => return Err(WriteError::Render(e.to_string())),
-            }
-            action = p.action;
-            changes.extend(p.changes);
-            reasons.push(r.clone());
+            planned.working = patch::apply(&planned.working, key.kind, &p.changes)
+                .map_err(|e| WriteError::Render(e.to_string()))?;
+            planned.action = p.action;
+            planned.changes.extend(p.changes);
+            planned.reasons.push(r.clone());
         }
-        if changes.is_empty() {
-            return Ok(Outcome::NothingToDo);
-        }
-        let written = match action {
-            Action::Patch | Action::Restart => {
-                self.patch(api, key, &value, rv, &changes, action == Action::Restart)
-                    .await
+        Ok(planned)
+    }
+
+    /// One `Reloaded` Event (Reloader's message) and alert per resource that caused the reload.
+    async fn announce(
+        &self,
+        key: &WorkloadKey,
+        uid: Option<&str>,
+        reasons: &[ResourceRef],
+        action: Action,
+    ) {
+        for r in reasons {
+            let note = format!(
+                "Changes detected in '{}' of type '{}' in namespace '{}', Updated '{}' of type '{}' in namespace '{}'",
+                r.name,
+                r.kind.env_suffix(),
+                key.namespace,
+                key.name,
+                key.kind,
+                key.namespace
+            );
+            tracing::info!(resource = %r.name, kind = %r.kind, action = ?action, "reloaded");
+            self.publish(key, uid, EventType::Normal, "Reloaded", note)
+                .await;
+            if let Some(alerter) = &self.alerter {
+                alerter.alert(reload_message(
+                    &r.name,
+                    r.kind.env_suffix(),
+                    &key.namespace,
+                    &key.name,
+                    key.kind.name(),
+                ));
             }
-            Action::CreateJob => {
-                self.create_job(api, key, &value, &working, rv, &changes)
-                    .await
-            }
-            Action::RecreateJob => self.recreate_job(api, key, &working).await,
-            Action::None => return Ok(Outcome::NothingToDo),
-        };
-        match written {
-            Ok(()) => {
-                for r in &reasons {
-                    let note = format!(
-                        "Changes detected in '{}' of type '{}' in namespace '{}', Updated '{}' of type '{}' in namespace '{}'",
-                        r.name,
-                        r.kind.env_suffix(),
-                        key.namespace,
-                        key.name,
-                        key.kind,
-                        key.namespace
-                    );
-                    tracing::info!(resource = %r.name, kind = %r.kind, action = ?action, "reloaded");
-                    self.publish(key, uid.as_deref(), EventType::Normal, "Reloaded", note)
-                        .await;
-                    if let Some(alerter) = &self.alerter {
-                        alerter.alert(reload_message(
-                            &r.name,
-                            r.kind.env_suffix(),
-                            &key.namespace,
-                            &key.name,
-                            key.kind.name(),
-                        ));
-                    }
-                }
-                Ok(Outcome::Reloaded)
-            }
-            Err(WriteError::Gone) => Ok(Outcome::Gone),
-            Err(e) => Err(e),
         }
     }
 
