@@ -335,3 +335,59 @@ async fn a_cronjob_job_that_already_exists_is_not_created_twice() {
     );
     assert!(seen.contains(&("POST".into(), JOBS.into())));
 }
+
+#[tokio::test]
+async fn a_crd_kind_is_read_patched_on_its_version_and_retried_after_a_conflict() {
+    const ROLLOUT: &str = "/apis/argoproj.io/v1alpha1/namespaces/ns/rollouts/web";
+    let rollout = |rv: &str| {
+        let mut r = deployment(rv);
+        r["apiVersion"] = json!("argoproj.io/v1alpha1");
+        r["kind"] = json!("Rollout");
+        r
+    };
+    let mut patches = 0;
+    let answer = rollout("7");
+    let (f, key, pending) = fixture(WorkloadKind::Rollout, "web", &rollout("7"), move |s| {
+        match s.method {
+            Method::GET => (200, answer.clone()),
+            _ => {
+                patches += 1;
+                if patches == 1 {
+                    // Another writer moved the object between the read and the patch.
+                    (409, status(409, "Conflict", "the object has been modified"))
+                } else {
+                    (200, answer.clone())
+                }
+            }
+        }
+    });
+    assert!(f.writer.reload(&key, &pending).await);
+    let metrics = f.metrics.clone();
+    let server = f.finish().await;
+    assert_eq!(
+        summary(&server),
+        [
+            ("GET".into(), ROLLOUT.into()),
+            ("PATCH".into(), ROLLOUT.into()),
+            ("GET".into(), ROLLOUT.into()),
+            ("PATCH".into(), ROLLOUT.into()),
+        ]
+    );
+    let patch = &server.requests[3];
+    assert_eq!(patch.content_type, "application/json-patch+json");
+    assert_eq!(
+        patch.body[0],
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"}),
+        "the JSON patch is guarded by the version read"
+    );
+    assert_eq!(failures(&metrics, "conflict"), 1);
+    assert_eq!(
+        metrics
+            .workload_reads
+            .get_or_create(&ReasonLabels {
+                reason: "kind".into()
+            })
+            .get(),
+        1
+    );
+}
