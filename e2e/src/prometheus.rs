@@ -3,13 +3,13 @@
 //! selects (the relabelling the Prometheus Operator generates for a ServiceMonitor endpoint), and
 //! evaluating the chart's PrometheusRule.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 
+use crate::companions::HostProcess;
 use crate::rekindle::{free_port, http_get};
 
 /// The label name the Operator's relabelling uses for a Kubernetes label (`app.kubernetes.io/name` →
@@ -93,9 +93,8 @@ pub fn service_monitor_jobs(
 
 /// A running Prometheus; stopped (and waited for) on drop.
 pub struct Prometheus {
-    child: Child,
+    process: HostProcess,
     pub port: u16,
-    pub dir: PathBuf,
 }
 
 impl Prometheus {
@@ -110,32 +109,23 @@ impl Prometheus {
         config["rule_files"] = json!([dir.join("rules.yaml")]);
         std::fs::write(dir.join("prometheus.yml"), serde_json::to_string(&config)?)?;
         let port = free_port()?;
-        let log = std::fs::File::create(dir.join("prometheus.log"))?;
-        let child = Command::new(bin)
-            .arg(format!(
-                "--config.file={}",
-                dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
+        let config_file = format!("--config.file={}", dir.join("prometheus.yml").display());
+        let storage = format!("--storage.tsdb.path={}", dir.join("data").display());
+        let listen = format!("--web.listen-address=127.0.0.1:{port}");
         let mut server = Self {
-            child,
+            process: HostProcess::start(
+                bin,
+                &[&config_file, &storage, &listen],
+                dir.join("prometheus.log"),
+            )?,
             port,
-            dir: dir.to_path_buf(),
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok((200, _)) = http_get(port, "/-/ready").await {
                 return Ok(server);
             }
-            if let Some(status) = server.child.try_wait()? {
+            if let Some(status) = server.process.exited() {
                 bail!("prometheus exited ({status}): {}", server.log_tail());
             }
             if std::time::Instant::now() > deadline {
@@ -146,9 +136,7 @@ impl Prometheus {
     }
 
     pub fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().rev().take(20).collect();
-        lines.into_iter().rev().collect::<Vec<_>>().join("\n")
+        self.process.log_tail()
     }
 
     async fn api(&self, path: &str) -> Result<Value> {
@@ -182,13 +170,6 @@ impl Prometheus {
             .as_array()
             .cloned()
             .unwrap_or_default())
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -1071,26 +1071,6 @@ fn admin_credentials(kubeconfig: &std::path::Path) -> Result<(String, String, St
     ))
 }
 
-/// Polls `check` until it answers `Ok(None)`; its last `Some(why)` is the error after `timeout`.
-async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<String>>>,
-{
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let why = match check().await {
-            Ok(None) => return Ok(()),
-            Ok(Some(why)) => why,
-            Err(e) => format!("{e:#}"),
-        };
-        if std::time::Instant::now() > deadline {
-            bail!("{what} within {timeout:?}: {why}");
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
 /// Prometheus, configured from the chart's ServiceMonitor and PrometheusRule as stored in the API (the
 /// scrape jobs the Prometheus Operator would generate; the operator itself does not run here), scrapes
 /// every series the README lists from the real pods in both formats, answers every dashboard panel's
@@ -1221,7 +1201,7 @@ async fn prometheus_checks(
     denied_ns: &str,
 ) -> Result<()> {
     // Both replicas, in both formats, and the apiserver and the kubelet.
-    eventually(
+    wait_for(
         "every scrape target up",
         Duration::from_secs(60),
         || async {
@@ -1242,8 +1222,10 @@ async fn prometheus_checks(
                 up("apiserver"),
                 up("kubelet"),
             ];
-            Ok((counts != [2, 2, 1, 1])
-                .then(|| format!("up per job: {counts:?}; targets: {targets:?}")))
+            if counts != [2, 2, 1, 1] {
+                bail!("up per job: {counts:?}; targets: {targets:?}");
+            }
+            Ok(Some(()))
         },
     )
     .await?;
@@ -1281,7 +1263,7 @@ async fn prometheus_checks(
     ])?;
     wait_rolled_out(RELEASE_NS)?;
     ready_pods(client, RELEASE_NS).await?;
-    eventually(
+    wait_for(
         "rekindle scraped again",
         Duration::from_secs(60),
         || async {
@@ -1293,7 +1275,10 @@ async fn prometheus_checks(
                 .and_then(|r| r["value"][1].as_str())
                 .and_then(|v| v.parse::<f64>().ok())
                 .unwrap_or(0.0);
-            Ok((n < 1.0).then(|| format!("rekindle_ready sum {n}")))
+            if n < 1.0 {
+                bail!("rekindle_ready sum {n}");
+            }
+            Ok(Some(()))
         },
     )
     .await?;
@@ -1338,7 +1323,7 @@ async fn prometheus_checks(
 
     let series = readme_series()?;
     for format in ["OpenMetricsText1.0.0", "PrometheusText0.0.4"] {
-        eventually(
+        wait_for(
             &format!("every README series scraped as {format}"),
             Duration::from_secs(90),
             || async {
@@ -1351,7 +1336,10 @@ async fn prometheus_checks(
                         missing.push(name.clone());
                     }
                 }
-                Ok((!missing.is_empty()).then(|| format!("missing {missing:?}")))
+                if !missing.is_empty() {
+                    bail!("missing {missing:?}");
+                }
+                Ok(Some(()))
             },
         )
         .await?;
@@ -1372,7 +1360,7 @@ async fn prometheus_checks(
         })
         .collect();
     ensure!(queries.len() >= 10, "dashboard queries: {queries:?}");
-    eventually(
+    wait_for(
         "every dashboard query returns data",
         Duration::from_secs(90),
         || async {
@@ -1382,12 +1370,15 @@ async fn prometheus_checks(
                     empty.push(q.clone());
                 }
             }
-            Ok((!empty.is_empty()).then(|| format!("no data for {empty:#?}")))
+            if !empty.is_empty() {
+                bail!("no data for {empty:#?}");
+            }
+            Ok(Some(()))
         },
     )
     .await?;
 
-    eventually(
+    wait_for(
         "RekindleReloadsFailing firing",
         Duration::from_secs(90),
         || async {
@@ -1395,7 +1386,10 @@ async fn prometheus_checks(
             let firing = alerts.iter().any(|a| {
                 a["labels"]["alertname"] == "RekindleReloadsFailing" && a["state"] == "firing"
             });
-            Ok((!firing).then(|| format!("alerts: {alerts:?}")))
+            if !firing {
+                bail!("alerts: {alerts:?}");
+            }
+            Ok(Some(()))
         },
     )
     .await?;
@@ -1585,8 +1579,8 @@ const CERT_MANAGER_CRDS: [&str; 6] = [
 /// host processes with the node's kubeconfig, over its real CRDs; stopped, and the CRDs removed, on drop
 /// (so a later test sees a cluster without cert-manager).
 struct CertManager {
-    _controller: e2e::companions::HostProcess,
-    _cainjector: e2e::companions::HostProcess,
+    controller: e2e::companions::HostProcess,
+    cainjector: e2e::companions::HostProcess,
     _dir: tempfile::TempDir,
 }
 
@@ -1619,8 +1613,8 @@ impl CertManager {
             )
         };
         Ok(Self {
-            _controller: run("controller")?,
-            _cainjector: run("cainjector")?,
+            controller: run("controller")?,
+            cainjector: run("cainjector")?,
             _dir: dir,
         })
     }
@@ -1628,8 +1622,8 @@ impl CertManager {
     fn logs(&self) -> String {
         format!(
             "--- cert-manager controller ---\n{}\n--- cainjector ---\n{}",
-            self._controller.log_tail(),
-            self._cainjector.log_tail()
+            self.controller.log_tail(),
+            self.cainjector.log_tail()
         )
     }
 }

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::encoding::DescriptorEncoder;
 
 use crate::index::Index;
+use crate::metrics::process::encode_gauges;
 use crate::reload::queue::Queue;
 
 pub struct SizesCollector {
@@ -51,12 +51,7 @@ impl Collector for SizesCollector {
                 depth,
             ),
         ];
-        for (name, help, value) in series {
-            let gauge = ConstGauge::new(value);
-            let m = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
-            gauge.encode(m)?;
-        }
-        Ok(())
+        encode_gauges(&mut encoder, series)
     }
 }
 

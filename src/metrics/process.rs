@@ -117,15 +117,29 @@ impl Collector for ProcessCollector {
                 stats.max_fds,
             ),
         ];
-        for (name, help, value) in gauges {
-            if let Some(v) = value {
-                let gauge = ConstGauge::new(v);
-                let m = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
-                gauge.encode(m)?;
-            }
-        }
-        Ok(())
+        encode_gauges(
+            &mut encoder,
+            gauges
+                .into_iter()
+                .filter_map(|(name, help, value)| Some((name, help, value?))),
+        )
     }
+}
+
+/// Encodes constant gauges (name, help, value) read at scrape time, for the collectors.
+pub fn encode_gauges<'a, N>(
+    encoder: &mut DescriptorEncoder,
+    gauges: impl IntoIterator<Item = (&'a str, &'a str, N)>,
+) -> Result<(), std::fmt::Error>
+where
+    ConstGauge<N>: EncodeMetric,
+{
+    for (name, help, value) in gauges {
+        let gauge = ConstGauge::new(value);
+        let m = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+        gauge.encode(m)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
