@@ -3,6 +3,7 @@
 
 pub mod chart;
 pub mod companions;
+pub mod fixtures;
 pub mod prometheus;
 pub mod rekindle;
 

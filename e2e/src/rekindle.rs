@@ -340,6 +340,67 @@ impl Rekindle {
             .unwrap_or(0.0))
     }
 
+    /// The sum of every sample of one metric family (all label sets), 0 when absent.
+    pub async fn metric_sum(&self, name: &str) -> Result<f64> {
+        let body = self.metrics().await?;
+        Ok(body
+            .lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix(name)?;
+                let value = match rest.strip_prefix('{') {
+                    Some(labelled) => labelled.split_once("} ")?.1,
+                    None => rest.strip_prefix(' ')?,
+                };
+                value.trim().parse::<f64>().ok()
+            })
+            .sum())
+    }
+
+    /// How many resource watch events (ConfigMaps, Secrets, SecretProviderClassPodStatuses,
+    /// namespaces) rekindle has handled so far: pass it, plus the events a test causes, to `settled`.
+    pub async fn handled(&self) -> Result<f64> {
+        self.metric_sum("reloader_events_processed_total").await
+    }
+
+    /// Waits until rekindle has handled `handled` resource events and every reload they queued is
+    /// written (queue empty, nothing in flight). A test asserting that a change led to *no* reload
+    /// waits on this instead of sleeping: once it returns, any reload would already be visible.
+    pub async fn settled(&self, handled: f64) -> Result<()> {
+        crate::wait_for(
+            &format!("rekindle to handle {handled} events and empty its queue"),
+            Duration::from_secs(60),
+            || async {
+                // Two scrapes: whatever the handled events queued is in the queue by the second.
+                if self.handled().await? < handled {
+                    return Ok(None);
+                }
+                let body = self.metrics().await?;
+                let sample = |series: &str| {
+                    body.lines()
+                        .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
+                        .unwrap_or(0.0)
+                };
+                let idle = sample("rekindle_queue_depth ") == 0.0
+                    && sample("rekindle_reloads_in_flight ") == 0.0;
+                Ok(idle.then_some(()))
+            },
+        )
+        .await
+    }
+
+    /// Waits until the index holds at least `workloads` workloads (seen by the watch or admitted).
+    pub async fn wait_indexed(&self, workloads: f64) -> Result<()> {
+        crate::wait_for(
+            &format!("rekindle to index {workloads} workloads"),
+            Duration::from_secs(60),
+            || async {
+                let have = self.metric("rekindle_index_workloads ").await?;
+                Ok((have >= workloads).then_some(()))
+            },
+        )
+        .await
+    }
+
     /// The process's resident set size in bytes (from /proc).
     pub fn rss_bytes(&self) -> Option<u64> {
         let pid = self.child.as_ref()?.id()?;

@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
+use e2e::fixtures::generation;
 use e2e::rekindle::{Options, Rekindle};
 use e2e::{
     admin_client, apply_value, dynamic_api, get_json, root, state_dir, wait_for, TestNamespace,
@@ -35,11 +36,10 @@ fn cluster(args: &[&str]) -> Result<()> {
 }
 
 fn deployment(i: usize) -> Value {
-    let name = format!("d-{i}");
-    json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "annotations": {"reloader.stakater.com/auto": "true"}},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
-            "spec": {"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": format!("cm-{i}")}}]}]}}}})
+    e2e::fixtures::deployment(&format!("d-{i}"))
+        .auto()
+        .uses_configmap(&format!("cm-{i}"))
+        .build()
 }
 
 fn env_value(d: &Value, name: &str) -> Option<String> {
@@ -49,12 +49,6 @@ fn env_value(d: &Value, name: &str) -> Option<String> {
         .find(|e| e["name"] == name)
         .and_then(|e| e["value"].as_str())
         .map(String::from)
-}
-
-fn generation(d: &Value) -> u64 {
-    d.pointer("/metadata/generation")
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
 }
 
 async fn setup(
@@ -138,6 +132,7 @@ async fn changes_through(
 
 /// Every Deployment ends on its ConfigMap's current hash, with at most one rollout per change.
 async fn all_reloaded_once(
+    rk: &Rekindle,
     cms: &Api<ConfigMap>,
     deployments: &Api<DynamicObject>,
     per_cm: &BTreeMap<usize, usize>,
@@ -159,7 +154,7 @@ async fn all_reloaded_once(
         },
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    rk.settled(rk.handled().await?).await?;
     for (i, changes) in per_cm {
         let rollouts =
             generation(&get_json(deployments, &format!("d-{i}")).await?).saturating_sub(1) as usize;
@@ -181,7 +176,7 @@ async fn apiserver_killed_and_restarted_while_changes_keep_coming() -> Result<()
         cluster(&["start", "kube-apiserver"])
     })
     .await?;
-    all_reloaded_once(&cms, &deployments, &per_cm).await?;
+    all_reloaded_once(&rk, &cms, &deployments, &per_cm).await?;
     assert!(
         rk.metric("rekindle_watch_restarts_total{resource=\"configmaps\"}")
             .await?
@@ -201,7 +196,7 @@ async fn etcd_killed_and_restarted_while_changes_keep_coming() -> Result<()> {
         cluster(&["start", "etcd"])
     })
     .await?;
-    all_reloaded_once(&cms, &deployments, &per_cm).await?;
+    all_reloaded_once(&rk, &cms, &deployments, &per_cm).await?;
     rk.stop().await?;
     ns.cleanup().await
 }
@@ -267,7 +262,7 @@ async fn a_forced_relist_sees_changes_and_deletions_made_during_the_gap() -> Res
         },
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    rk.settled(rk.handled().await?).await?;
     for i in 0..4 {
         let d = get_json(&deployments, &format!("d-{i}")).await?;
         assert_eq!(generation(&d), 2, "d-{i}: exactly one rollout");

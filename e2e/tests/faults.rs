@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Result;
+use e2e::fixtures::deployment;
 use e2e::rekindle::{Options, Rekindle};
 use e2e::{admin_client, apply_value, dynamic_api, get_json, wait_for, TestNamespace};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -28,10 +29,10 @@ async fn sigkill_mid_burst_loses_nothing_and_doubles_nothing() -> Result<()> {
     }
     let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
     for i in 0..WORKLOADS {
-        apply_value(&client, Some(&ns.name), json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": format!("d-{i}"), "annotations": {"reloader.stakater.com/auto": "true"}},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": format!("d-{i}")}}, "template": {"metadata": {"labels": {"app": format!("d-{i}")}},
-                "spec": {"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": format!("cm-{i}")}}]}]}}}})).await?;
+        let d = deployment(&format!("d-{i}"))
+            .auto()
+            .uses_configmap(&format!("cm-{i}"));
+        apply_value(&client, Some(&ns.name), d.build()).await?;
     }
     let mut changes_per_cm: BTreeMap<usize, usize> = BTreeMap::new();
     for c in 0..CHANGES {
@@ -71,7 +72,7 @@ async fn sigkill_mid_burst_loses_nothing_and_doubles_nothing() -> Result<()> {
         },
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    rk.settled(rk.handled().await?).await?;
     // Never doubled: a Deployment rolls at most once per change of its ConfigMap (coalescing may merge).
     // Counted by metadata.generation (every template write bumps it; nothing else writes the spec), which
     // does not depend on how quickly the controller-manager creates ReplicaSets on a loaded machine.
@@ -89,13 +90,6 @@ async fn sigkill_mid_burst_loses_nothing_and_doubles_nothing() -> Result<()> {
     }
     rk.stop().await?;
     ns.cleanup().await
-}
-
-fn deployment(name: &str, annotations: Value, env_from: Value) -> Value {
-    json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
-            "spec": {"containers": [{"name": "app", "image": "busybox", "envFrom": [env_from]}]}}}})
 }
 
 fn first_env(d: &Value) -> Option<String> {
@@ -120,11 +114,7 @@ async fn a_frozen_webhook_fails_open_and_the_watch_still_reloads() -> Result<()>
     apply_value(
         &client,
         Some(&ns.name),
-        deployment(
-            "frozen",
-            json!({"reloader.stakater.com/auto": "true"}),
-            json!({"configMapRef": {"name": "cfg"}}),
-        ),
+        deployment("frozen").auto().uses_configmap("cfg").build(),
     )
     .await?;
     let took = started.elapsed();
@@ -137,7 +127,7 @@ async fn a_frozen_webhook_fails_open_and_the_watch_still_reloads() -> Result<()>
     tokio::time::sleep(Duration::from_secs(3)).await;
     rk.signal("CONT")?;
     // The watch indexed it: a later change reloads it.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    rk.wait_indexed(1.0).await?;
     cms.patch(
         "cfg",
         &PatchParams::default(),
@@ -184,11 +174,10 @@ async fn a_conflict_storm_neither_stops_reloads_nor_loses_the_other_writers_chan
         apply_value(
             &client,
             Some(&ns.name),
-            deployment(
-                &format!("d-{i}"),
-                json!({"reloader.stakater.com/auto": "true"}),
-                json!({"configMapRef": {"name": format!("cm-{i}")}}),
-            ),
+            deployment(&format!("d-{i}"))
+                .auto()
+                .uses_configmap(&format!("cm-{i}"))
+                .build(),
         )
         .await?;
     }
@@ -308,11 +297,10 @@ async fn secret_data_never_appears_in_the_logs_even_at_trace_level() -> Result<(
     apply_value(
         &client,
         Some(&ns.name),
-        deployment(
-            "app",
-            json!({"reloader.stakater.com/auto": "true"}),
-            json!({"secretRef": {"name": "creds"}}),
-        ),
+        deployment("app")
+            .auto()
+            .env_from(json!([json!({"secretRef": {"name": "creds"}})]))
+            .build(),
     )
     .await?;
     secrets
@@ -417,11 +405,10 @@ async fn throttled_by_priority_and_fairness_rekindle_backs_off_and_loses_nothing
         apply_value(
             &client,
             Some(&ns.name),
-            deployment(
-                &format!("d-{i}"),
-                json!({"reloader.stakater.com/auto": "true"}),
-                json!({"configMapRef": {"name": format!("cm-{i}")}}),
-            ),
+            deployment(&format!("d-{i}"))
+                .auto()
+                .uses_configmap(&format!("cm-{i}"))
+                .build(),
         )
         .await?;
     }
@@ -432,6 +419,7 @@ async fn throttled_by_priority_and_fairness_rekindle_backs_off_and_loses_nothing
             "containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "cm-0"}}]}]}}}}}})).await?;
     let rejected_before = apf_rejections(&client, &level).await?;
     let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    let handled = rk.handled().await?;
     for round in 1..=ROUNDS {
         for i in 0..WORKLOADS {
             cms.patch(
@@ -459,7 +447,7 @@ async fn throttled_by_priority_and_fairness_rekindle_backs_off_and_loses_nothing
         )
         .await?;
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    rk.settled(handled + (ROUNDS * WORKLOADS) as f64).await?;
     for i in 0..WORKLOADS {
         let d = get_json(&deployments, &format!("d-{i}")).await?;
         assert_eq!(

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
+use e2e::fixtures::{deployment, generation};
 use e2e::rekindle::{Options, Rekindle};
 use e2e::{
     admin_client, apply_value, apply_yaml, dynamic_api, expect_replica_sets, get_json,
@@ -15,12 +16,6 @@ use serde_json::{json, Value};
 
 const CM: &str =
     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-config}\ndata: {greeting: hello}\n";
-
-fn deployment(name: &str, annotations: Value, cm: &str) -> Value {
-    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "annotations": annotations},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
-            "spec": {"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": cm}}]}]}}}})
-}
 
 async fn change_cm(client: &Client, ns: &str, name: &str, value: &str) -> Result<()> {
     Api::<ConfigMap>::namespaced(client.clone(), ns)
@@ -39,8 +34,8 @@ async fn pause_period_holds_the_rollout_and_survives_a_restart() -> Result<()> {
     let ns = TestNamespace::new(&client, "e2e-pause").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
-    apply_value(&client, Some(&ns.name), deployment("web", json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "6s"}), "app-config")).await?;
-    apply_value(&client, Some(&ns.name), deployment("bad", json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "soon"}), "app-config")).await?;
+    apply_value(&client, Some(&ns.name), deployment("web").annotations(json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "6s"})).uses_configmap("app-config").build()).await?;
+    apply_value(&client, Some(&ns.name), deployment("bad").annotations(json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "soon"})).uses_configmap("app-config").build()).await?;
     let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
     change_cm(&client, &ns.name, "app-config", "one").await?;
     let paused = wait_for("web to be paused by rekindle", TIMEOUT, || async {
@@ -104,11 +99,7 @@ async fn reload_on_create_and_delete() -> Result<()> {
     apply_value(
         &client,
         Some(&ns.name),
-        deployment(
-            "web",
-            json!({"reloader.stakater.com/auto": "true"}),
-            "later",
-        ),
+        deployment("web").auto().uses_configmap("later").build(),
     )
     .await?;
     let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
@@ -176,11 +167,10 @@ async fn deleting_a_resource_the_workload_only_names_reloads_it_in_both_strategi
         apply_value(
             &client,
             Some(&ns.name),
-            deployment(
-                "web",
-                json!({"configmap.reloader.stakater.com/reload": "named"}),
-                "app-config",
-            ),
+            deployment("web")
+                .annotations(json!({"configmap.reloader.stakater.com/reload": "named"}))
+                .uses_configmap("app-config")
+                .build(),
         )
         .await?;
         expect_replica_sets(&client, &ns.name, "web", 1).await?;
@@ -191,6 +181,7 @@ async fn deleting_a_resource_the_workload_only_names_reloads_it_in_both_strategi
             expect_replica_sets(&client, &ns.name, "web", 2).await?;
         }
         let before = generation(&get_json(&deployments, "web").await?).unwrap_or(0);
+        let handled = rk.handled().await?;
         Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
             .delete("named", &DeleteParams::default())
             .await?;
@@ -225,7 +216,7 @@ async fn deleting_a_resource_the_workload_only_names_reloads_it_in_both_strategi
             }
         }
         // Exactly one rollout for the deletion.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        rk.settled(handled + 1.0).await?;
         assert_eq!(
             generation(&get_json(&deployments, "web").await?),
             Some(before + 1),
@@ -251,15 +242,16 @@ async fn workloads_outside_the_watched_namespaces_are_untouched() -> Result<()> 
         apply_value(
             &client,
             Some(n),
-            deployment(
-                "web",
-                json!({"reloader.stakater.com/auto": "true"}),
-                "app-config",
-            ),
+            deployment("web")
+                .auto()
+                .uses_configmap("app-config")
+                .build(),
         )
         .await?;
     }
-    for n in [&ns.name, &other.name] {
+    // The other namespace's change first: were it watched, it would be handled before ours.
+    let handled = rk.handled().await?;
+    for n in [&other.name, &ns.name] {
         change_cm(&client, n, "app-config", "changed").await?;
     }
     wait_replica_sets(
@@ -270,9 +262,10 @@ async fn workloads_outside_the_watched_namespaces_are_untouched() -> Result<()> 
         "web in the watched namespace to roll",
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    rk.settled(handled + 1.0).await?;
+    let others = dynamic_api(&client, "apps/v1", "Deployment", Some(&other.name)).await?;
     assert_eq!(
-        replica_sets(&client, &other.name, "web").await?.len(),
+        generation(&get_json(&others, "web").await?),
         1,
         "the other namespace is out of scope"
     );
@@ -301,14 +294,14 @@ async fn webhook_url_mode_posts_changes_and_touches_no_workload() -> Result<()> 
     apply_value(
         &client,
         Some(&ns.name),
-        deployment(
-            "web",
-            json!({"reloader.stakater.com/auto": "true"}),
-            "app-config",
-        ),
+        deployment("web")
+            .auto()
+            .uses_configmap("app-config")
+            .build(),
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    rk.wait_indexed(1.0).await?;
+    let handled = rk.handled().await?;
     change_cm(&client, &ns.name, "app-config", "notify").await?;
     let (_, body) = tokio::time::timeout(TIMEOUT, rx.recv())
         .await?
@@ -321,9 +314,10 @@ async fn webhook_url_mode_posts_changes_and_touches_no_workload() -> Result<()> 
         payload["workloads"],
         json!([{"kind": "Deployment", "namespace": ns.name, "name": "web"}])
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    rk.settled(handled + 1.0).await?;
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
     assert_eq!(
-        replica_sets(&client, &ns.name, "web").await?.len(),
+        generation(&get_json(&deployments, "web").await?),
         1,
         "no workload is touched"
     );
@@ -385,12 +379,8 @@ async fn csi_secret_provider_class_changes_reload_once() -> Result<()> {
         Ok((env(&get_json(&deployments, "web").await?) == Some(h1.clone())).then_some(()))
     })
     .await?;
-    let generation = |d: &Value| {
-        d.pointer("/metadata/generation")
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-    };
     let before = generation(&get_json(&deployments, "web").await?);
+    let handled = rk.handled().await?;
     // Three pods' statuses move to v2: one new hash, one reload.
     for pod in ["pod-a", "pod-b", "pod-c"] {
         apply_value(&client, Some(&ns.name), spcps(pod, "v2")).await?;
@@ -400,18 +390,11 @@ async fn csi_secret_provider_class_changes_reload_once() -> Result<()> {
         Ok((env(&get_json(&deployments, "web").await?) == Some(h2.clone())).then_some(()))
     })
     .await?;
-    let generation = |d: &Value| {
-        d.pointer("/metadata/generation")
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-    };
-    let reloaded = get_json(&deployments, "web").await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    rk.settled(handled + 3.0).await?;
     // One template write for three status bumps (metadata.generation counts spec writes exactly).
-    let _ = before;
     assert_eq!(
         generation(&get_json(&deployments, "web").await?),
-        generation(&reloaded),
+        before + 1,
         "exactly one reload"
     );
     rk.stop().await?;
@@ -478,21 +461,23 @@ async fn with_ha_only_the_leader_writes_and_failover_loses_nothing() -> Result<(
     apply_value(
         &client,
         Some(&ns.name),
-        deployment(
-            "web",
-            json!({"reloader.stakater.com/auto": "true"}),
-            "app-config",
-        ),
+        deployment("web")
+            .auto()
+            .uses_configmap("app-config")
+            .build(),
     )
     .await?;
+    let handled = a.handled().await?;
     change_cm(&client, &ns.name, "app-config", "one").await?;
     wait_replica_sets(&client, &ns.name, "web", 2, "web to roll once").await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(replica_sets(&client, &ns.name, "web").await?.len(), 2);
+    a.settled(handled + 1.0).await?;
+    let web = get_json(&deployments_api(&client, &ns.name).await?, "web").await?;
+    assert_eq!(generation(&web), 2, "one rollout");
     assert_eq!(a.reloads(true).await?, 1.0, "the leader wrote");
     assert_eq!(b.reloads(true).await?, 0.0, "the follower did not");
     // The leader dies in the middle of a burst of changes: the last one is reloaded, none is doubled.
     let burst = 12;
+    let handled = b.handled().await?;
     for c in 0..burst {
         change_cm(&client, &ns.name, "app-config", &format!("burst-{c}")).await?;
         if c == burst / 2 {
@@ -517,19 +502,18 @@ async fn with_ha_only_the_leader_writes_and_failover_loses_nothing() -> Result<(
         },
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    // Spec writes since creation (metadata.generation), independent of ReplicaSet creation lag.
-    let rollouts = get_json(&deployments_api(&client, &ns.name).await?, "web")
-        .await?
-        .pointer("/metadata/generation")
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
-        .saturating_sub(1) as usize;
+    b.settled(handled + burst as f64).await?;
+    let rollouts =
+        generation(&get_json(&deployments_api(&client, &ns.name).await?, "web").await?) - 1;
     assert!(
-        (2..=1 + burst).contains(&rollouts),
+        (2..=1 + burst as u64).contains(&rollouts),
         "{rollouts} rollouts for 1 + {burst} changes"
     );
-    assert_eq!(b.metric("rekindle_leader").await?, 1.0);
+    // The gauge follows the Lease within the housekeeping's 500 ms leadership check.
+    wait_for("replica-b to report itself leader", TIMEOUT, || async {
+        Ok((b.metric("rekindle_leader").await? == 1.0).then_some(()))
+    })
+    .await?;
     b.stop().await?;
     // The last leader out deletes its Lease: nothing is left behind for an uninstalled release.
     assert!(
@@ -563,21 +547,19 @@ async fn namespace_selector_takes_effect_without_restart_and_resource_selector_f
     apply_value(
         &client,
         Some(&ns.name),
-        deployment(
-            "web",
-            json!({"reloader.stakater.com/auto": "true"}),
-            "app-config",
-        ),
+        deployment("web")
+            .auto()
+            .uses_configmap("app-config")
+            .build(),
     )
     .await?;
     apply_value(
         &client,
         Some(&ns.name),
-        deployment(
-            "other",
-            json!({"reloader.stakater.com/auto": "true"}),
-            "unlabelled",
-        ),
+        deployment("other")
+            .auto()
+            .uses_configmap("unlabelled")
+            .build(),
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -636,23 +618,24 @@ async fn min_reload_interval_merges_changes_into_one_reload() -> Result<()> {
     apply_value(
         &client,
         Some(&ns.name),
-        deployment(
-            "web",
-            json!({"reloader.stakater.com/auto": "true"}),
-            "app-config",
-        ),
+        deployment("web")
+            .auto()
+            .uses_configmap("app-config")
+            .build(),
     )
     .await?;
     change_cm(&client, &ns.name, "app-config", "1").await?;
     wait_replica_sets(&client, &ns.name, "web", 2, "the first reload").await?;
     // Three changes inside the cooldown: one more reload at its end, carrying the last hash.
+    let handled = rk.handled().await?;
     for v in ["2", "3", "4"] {
         change_cm(&client, &ns.name, "app-config", v).await?;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     wait_replica_sets(&client, &ns.name, "web", 3, "the merged reload").await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(replica_sets(&client, &ns.name, "web").await?.len(), 3);
+    rk.settled(handled + 3.0).await?;
+    let web = get_json(&deployments_api(&client, &ns.name).await?, "web").await?;
+    assert_eq!(generation(&web), 3, "two rollouts for four changes");
     assert_eq!(rk.reloads(true).await?, 2.0);
     rk.stop().await?;
     ns.cleanup().await
@@ -667,11 +650,10 @@ async fn absent_markers_are_left_alone_unless_sync_after_restart_replays_them() 
     apply_value(
         &client,
         Some(&ns.name),
-        deployment(
-            "web",
-            json!({"reloader.stakater.com/auto": "true"}),
-            "app-config",
-        ),
+        deployment("web")
+            .auto()
+            .uses_configmap("app-config")
+            .build(),
     )
     .await?;
     let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
@@ -693,8 +675,9 @@ async fn absent_markers_are_left_alone_unless_sync_after_restart_replays_them() 
     )
     .await?;
     wait_replica_sets(&client, &ns.name, "web", 2, "the replay to stamp web").await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(replica_sets(&client, &ns.name, "web").await?.len(), 2);
+    rk.settled(rk.handled().await?).await?;
+    let web = get_json(&deployments_api(&client, &ns.name).await?, "web").await?;
+    assert_eq!(generation(&web), 2, "replayed once");
     rk.stop().await?;
     ns.cleanup().await
 }
@@ -726,11 +709,10 @@ async fn alerts_after_a_reload_use_reloaders_slack_payload() -> Result<()> {
     apply_value(
         &client,
         Some(&ns.name),
-        deployment(
-            "web",
-            json!({"reloader.stakater.com/auto": "true"}),
-            "app-config",
-        ),
+        deployment("web")
+            .auto()
+            .uses_configmap("app-config")
+            .build(),
     )
     .await?;
     change_cm(&client, &ns.name, "app-config", "alert").await?;
@@ -778,11 +760,10 @@ async fn kubernetes_namespace_scopes_and_namespaces_to_ignore_applies_cluster_wi
         apply_value(
             &client,
             Some(&ns.name),
-            deployment(
-                "web",
-                json!({"reloader.stakater.com/auto": "true"}),
-                "app-config",
-            ),
+            deployment("web")
+                .auto()
+                .uses_configmap("app-config")
+                .build(),
         )
         .await?;
     }
@@ -895,12 +876,9 @@ async fn resources_to_ignore_skips_that_kind_only() -> Result<()> {
             &Patch::Merge(&json!({"stringData": {"p": "two"}})),
         )
         .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        replica_sets(&client, &ns.name, "web").await?.len(),
-        1,
-        "Secrets ignored"
-    );
+    // Secrets are not watched, so the ConfigMap change after it is the barrier: once that is
+    // reloaded and rekindle is idle, one rollout means the Secret's change was ignored.
+    let handled = rk.handled().await?;
     change_cm(&client, &ns.name, "app-config", "changed").await?;
     wait_replica_sets(
         &client,
@@ -910,6 +888,13 @@ async fn resources_to_ignore_skips_that_kind_only() -> Result<()> {
         "a ConfigMap change to roll web",
     )
     .await?;
+    rk.settled(handled + 1.0).await?;
+    let deployments = deployments_api(&client, &ns.name).await?;
+    assert_eq!(
+        generation(&get_json(&deployments, "web").await?),
+        2,
+        "Secrets ignored: one rollout, for the ConfigMap"
+    );
     rk.stop().await?;
     ns.cleanup().await
 }

@@ -147,26 +147,21 @@ fn webhook_calls() -> Result<u64> {
         .sum::<f64>() as u64)
 }
 
+/// A Deployment of the node's workload image, using `configmap` and `secret`.
 fn deployment(name: &str, configmap: &str, secret: &str, labels: Value) -> Result<Deployment> {
-    Ok(serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": labels, "annotations": {"reloader.stakater.com/auto": "true"}},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [{
-                        "name": "app",
-                        "image": WORKLOAD_IMAGE,
-                        "imagePullPolicy": "Never",
-                        "envFrom": [{"configMapRef": {"name": configmap}}, {"secretRef": {"name": secret}}],
-                    }],
-                },
-            },
-        },
-    }))?)
+    e2e::fixtures::deployment(name)
+        .auto()
+        .labels(labels)
+        .pod_spec(json!({
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "app",
+                "image": WORKLOAD_IMAGE,
+                "imagePullPolicy": "Never",
+                "envFrom": [{"configMapRef": {"name": configmap}}, {"secretRef": {"name": secret}}],
+            }],
+        }))
+        .typed()
 }
 
 /// The `STAKATER_*` markers in the Deployment's first container, by name.

@@ -70,6 +70,7 @@ async fn cronjob_job_mode_creates_one_job_and_keeps_markers_in_metadata() -> Res
         "template untouched in job mode"
     );
 
+    let handled = rk.handled().await?;
     let h2 = change_cm(&client, &ns.name, "changed").await?;
     let jobs = Api::<Job>::namespaced(client.clone(), &ns.name);
     let job = wait_for("a Job created from the CronJob", TIMEOUT, || async {
@@ -114,7 +115,7 @@ async fn cronjob_job_mode_creates_one_job_and_keeps_markers_in_metadata() -> Res
         },
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    rk.settled(handled + 1.0).await?;
     let all = jobs.list(&ListParams::default()).await?.items;
     assert_eq!(
         all.len(),
@@ -276,6 +277,7 @@ async fn two_writers_re_create_a_job_only_once() -> Result<()> {
             }
         })
     };
+    let handled = [a.handled().await?, b.handled().await?];
     let h2 = change_cm(&client, &ns.name, "changed").await?;
     wait_for("the Job to be re-created", TIMEOUT, || async {
         Ok(jobs.get_opt("migrate").await?.filter(|j| {
@@ -287,8 +289,9 @@ async fn two_writers_re_create_a_job_only_once() -> Result<()> {
         }))
     })
     .await?;
-    // Both writers have had their go at it by now.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Both writers have had their go at it once both are idle.
+    a.settled(handled[0] + 1.0).await?;
+    b.settled(handled[1] + 1.0).await?;
     seen.abort();
     let uids = uids.lock().unwrap().clone();
     assert_eq!(
@@ -340,8 +343,8 @@ async fn argo_rollout_restart_and_workload_ref() -> Result<()> {
         "metadata": {"name": "by-ref", "annotations": {"reloader.stakater.com/auto": "true"}},
         "spec": {"workloadRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "elsewhere"}}})).await?;
     let rollouts = dynamic_api(&client, "argoproj.io/v1alpha1", "Rollout", Some(&ns.name)).await?;
-    // Wait until rekindle's watch has the Rollouts (the optional API is discovered at start).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Wait until rekindle's watch has the three Rollouts (the optional API is discovered at start).
+    rk.wait_indexed(3.0).await?;
     let h2 = change_cm(&client, &ns.name, "changed").await?;
     wait_for(
         "spec.restartAt and the metadata marker on the restart Rollout",
@@ -407,7 +410,7 @@ async fn deployment_config_is_reloaded_when_the_api_is_served() -> Result<()> {
         "spec": {"replicas": 1, "selector": {"app": "x"}, "template": pod_template()}}),
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    rk.wait_indexed(1.0).await?;
     let h2 = change_cm(&client, &ns.name, "changed").await?;
     wait_for(
         "the DeploymentConfig's template to carry the new hash",

@@ -9,6 +9,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use e2e::chart::{
     identity_kubeconfig, install, kind_of, name_of, render, service_account_identity, ALL_FEATURES,
 };
+use e2e::fixtures::deployment;
 use e2e::rekindle::{Options, Rekindle};
 use e2e::{
     admin_client, apply_value, apply_yaml, client_from, root, state_dir, wait_for, TestNamespace,
@@ -212,16 +213,6 @@ async fn stamped(client: &Client, ns: &str, name: &str) -> Result<Option<String>
         .map(String::from))
 }
 
-fn deployment(name: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "annotations": {"reloader.stakater.com/auto": "true"}},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [
-                {"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}}}
-    })
-}
-
 #[tokio::test]
 async fn under_the_charts_rbac_rekindle_reloads_serves_a_rotated_certificate_and_exports_valid_metrics(
 ) -> Result<()> {
@@ -274,7 +265,15 @@ async fn under_the_charts_rbac_rekindle_reloads_serves_a_rotated_certificate_and
     assert!(sa_cms.get("app-config").await.is_ok(), "reading is granted");
 
     // A reload with exactly the chart's permissions.
-    apply_value(&client, Some(&ns.name), deployment("web")).await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        deployment("web")
+            .auto()
+            .uses_configmap("app-config")
+            .build(),
+    )
+    .await?;
     let h1 = wait_for("web stamped", TIMEOUT, || stamped(&client, &ns.name, "web")).await?;
     Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
         .patch(
@@ -289,6 +288,8 @@ async fn under_the_charts_rbac_rekindle_reloads_serves_a_rotated_certificate_and
             .filter(|h| *h != h1))
     })
     .await?;
+    // Counted once the reload (and its Event) is done: wait until rekindle is idle.
+    rk.settled(rk.handled().await?).await?;
     assert_eq!(rk.reloads(true).await?, 1.0);
 
     // Rotate the certificate on disk (same CA, shorter life): served without a restart.
@@ -316,7 +317,15 @@ async fn under_the_charts_rbac_rekindle_reloads_serves_a_rotated_certificate_and
         "the 100-day certificate replaced the 365-day one ({days} days earlier)"
     );
     // The apiserver still trusts what is served: a new workload is stamped.
-    apply_value(&client, Some(&ns.name), deployment("web2")).await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        deployment("web2")
+            .auto()
+            .uses_configmap("app-config")
+            .build(),
+    )
+    .await?;
     assert!(
         stamped(&client, &ns.name, "web2").await?.is_some(),
         "stamped with the new certificate"

@@ -3,6 +3,7 @@
 //! generateName. Each is admitted (never a patch that fails to apply) and stamped where it can be.
 
 use anyhow::Result;
+use e2e::fixtures::deployment;
 use e2e::rekindle::{Options, Rekindle};
 use e2e::{admin_client, apply_value, dynamic_api, get_json, wait_for, TestNamespace, TIMEOUT};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -10,19 +11,6 @@ use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::Api;
 use rekindle::core::hash::configmap_hash_typed;
 use serde_json::{json, Value};
-
-fn deployment(
-    name: &str,
-    annotations: Value,
-    template_annotations: Value,
-    containers: Value,
-) -> Value {
-    json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}, "annotations": template_annotations},
-                "spec": {"containers": containers}}}})
-}
 
 fn env_of(d: &Value, container: usize, name: &str) -> Option<String> {
     d.pointer(&format!("/spec/template/spec/containers/{container}/env"))?
@@ -83,7 +71,10 @@ async fn objects_from_real_clusters_are_admitted_and_stamped_where_possible() ->
     apply_value(
         &client,
         Some(&ns.name),
-        deployment("many", auto.clone(), json!({}), json!(containers)),
+        deployment("many")
+            .annotations(auto.clone())
+            .containers(json!(containers))
+            .build(),
     )
     .await?;
     let d = get_json(&deployments, "many").await?;
@@ -101,12 +92,12 @@ async fn objects_from_real_clusters_are_admitted_and_stamped_where_possible() ->
     apply_value(
         &client,
         Some(&ns.name),
-        deployment(
-            "big-env",
-            auto.clone(),
-            json!({}),
-            json!([{"name": "app", "image": "busybox", "env": env, "envFrom": uses_cm}]),
-        ),
+        deployment("big-env")
+            .annotations(auto.clone())
+            .containers(
+                json!([{"name": "app", "image": "busybox", "env": env, "envFrom": uses_cm}]),
+            )
+            .build(),
     )
     .await?;
     let d = get_json(&deployments, "big-env").await?;
@@ -123,12 +114,10 @@ async fn objects_from_real_clusters_are_admitted_and_stamped_where_possible() ->
     apply_value(
         &client,
         Some(&ns.name),
-        deployment(
-            "big-annotations",
-            Value::Object(annotations),
-            json!({}),
-            json!([{"name": "app", "image": "busybox", "envFrom": uses_cm}]),
-        ),
+        deployment("big-annotations")
+            .annotations(Value::Object(annotations))
+            .containers(json!([{"name": "app", "image": "busybox", "envFrom": uses_cm}]))
+            .build(),
     )
     .await?;
     let d = get_json(&deployments, "big-annotations").await?;
@@ -136,12 +125,12 @@ async fn objects_from_real_clusters_are_admitted_and_stamped_where_possible() ->
 
     // generateName: the name is not known at admission; the stamp is.
     let api: Api<DynamicObject> = deployments.clone();
-    let mut generated: DynamicObject = serde_json::from_value(deployment(
-        "x",
-        auto.clone(),
-        json!({}),
-        json!([{"name": "app", "image": "busybox", "envFrom": uses_cm}]),
-    ))?;
+    let mut generated: DynamicObject = serde_json::from_value(
+        deployment("x")
+            .annotations(auto.clone())
+            .containers(json!([{"name": "app", "image": "busybox", "envFrom": uses_cm}]))
+            .build(),
+    )?;
     generated.metadata.name = None;
     generated.metadata.generate_name = Some("gen-".into());
     let created = api.create(&PostParams::default(), &generated).await?;
@@ -201,8 +190,7 @@ async fn a_stamp_that_would_break_the_annotation_limit_is_not_made_and_the_creat
     let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
     // Pod-template annotations 40 bytes short of 256 KiB: the annotations-strategy stamp cannot fit.
     let template = Value::Object(filler(256 * 1024 - 40));
-    apply_value(&client, Some(&ns.name), deployment("full", json!({"reloader.stakater.com/auto": "true"}), template,
-        json!([{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "cfg"}}]}]))).await?;
+    apply_value(&client, Some(&ns.name), deployment("full").auto().template_annotations(template).containers(json!([{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "cfg"}}]}])).build()).await?;
     let d = get_json(&deployments, "full").await?;
     assert!(
         d.pointer("/spec/template/metadata/annotations/rekindle.io~1config-hashes")
@@ -211,8 +199,7 @@ async fn a_stamp_that_would_break_the_annotation_limit_is_not_made_and_the_creat
     );
     // Room to spare: stamped.
     let template = Value::Object(filler(200 * 1024));
-    apply_value(&client, Some(&ns.name), deployment("roomy", json!({"reloader.stakater.com/auto": "true"}), template,
-        json!([{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "cfg"}}]}]))).await?;
+    apply_value(&client, Some(&ns.name), deployment("roomy").auto().template_annotations(template).containers(json!([{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "cfg"}}]}])).build()).await?;
     let d = get_json(&deployments, "roomy").await?;
     assert!(d
         .pointer("/spec/template/metadata/annotations/rekindle.io~1config-hashes")

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
+use e2e::fixtures::deployment;
 use e2e::rekindle::{Options, Rekindle};
 use e2e::{admin_client, apply_yaml, expect_replica_sets, wait_for, TestNamespace, TIMEOUT};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -76,16 +77,6 @@ async fn patch_cm(client: &Client, ns: &str, name: &str, patch: Value) -> Result
     Ok(())
 }
 
-fn deployment(name: &str, annotations: Value, pod_spec: Value) -> String {
-    serde_json::to_string(&json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec}}
-    }))
-    .expect("json")
-}
-
 const CM: &str =
     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-config}\ndata: {greeting: hello}\n";
 const SECRET: &str =
@@ -129,6 +120,8 @@ async fn auto_configmap_is_stamped_and_a_data_change_rolls_exactly_once() -> Res
         deployment_env(&client, &ns.name, "web", 0, "STAKATER_APP_CONFIG_CONFIGMAP").await?,
         Some(h2)
     );
+    // Counted once the reload (and its Event) is done: wait until rekindle is idle.
+    rk.settled(rk.handled().await?).await?;
     assert_eq!(rk.reloads(true).await?, 1.0);
 
     let events = Api::<Event>::namespaced(client.clone(), &ns.name)
@@ -144,13 +137,13 @@ async fn secret_projected_volume_value_from_and_init_container() -> Result<()> {
     let (client, ns) = setup("e2e-refs").await?;
     apply_yaml(&client, Some(&ns.name), &format!("{SECRET}---\n{CM}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: init-config}}\ndata: {{a: '1'}}\n")).await?;
     let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
-    apply_yaml(&client, Some(&ns.name), &deployment("web", json!({"reloader.stakater.com/auto": "true"}), json!({
+    apply_yaml(&client, Some(&ns.name), &deployment("web").auto().pod_spec(json!({
         "initContainers": [{"name": "init", "image": "busybox", "envFrom": [{"configMapRef": {"name": "init-config"}}]}],
         "containers": [
             {"name": "main", "image": "busybox", "env": [{"name": "G", "valueFrom": {"configMapKeyRef": {"name": "app-config", "key": "greeting"}}}]},
             {"name": "side", "image": "busybox", "volumeMounts": [{"name": "s", "mountPath": "/s"}]}],
         "volumes": [{"name": "s", "projected": {"sources": [{"secret": {"name": "app-secret"}}]}}]
-    }))).await?;
+    })).manifest()).await?;
     let d = workload_json(&client, &ns.name, "apps/v1", "Deployment", "web").await?;
     assert_eq!(
         env_of(&d, 1, "STAKATER_APP_SECRET_SECRET"),
@@ -284,17 +277,21 @@ data: {a: '1'}
     apply_yaml(
         &client,
         Some(&ns.name),
-        &deployment(
-            "named",
-            json!({"configmap.reloader.stakater.com/reload": "named-.*"}),
-            json!({"containers": [{"name": "app", "image": "busybox"}]}),
-        ),
+        &deployment("named")
+            .annotations(json!({"configmap.reloader.stakater.com/reload": "named-.*"}))
+            .manifest(),
     )
     .await?;
-    apply_yaml(&client, Some(&ns.name), &deployment("exclude", json!({"reloader.stakater.com/auto": "true", "configmaps.exclude.reloader.stakater.com/reload": "excluded"}),
-        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": env_from(&["excluded", "ignored"])}]}))).await?;
-    apply_yaml(&client, Some(&ns.name), &deployment("search", json!({"reloader.stakater.com/search": "true"}),
-        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": env_from(&["matched", "named-1"])}]}))).await?;
+    apply_yaml(&client, Some(&ns.name), &deployment("exclude").annotations(json!({"reloader.stakater.com/auto": "true", "configmaps.exclude.reloader.stakater.com/reload": "excluded"})).env_from(json!(env_from(&["excluded", "ignored"]))).manifest()).await?;
+    apply_yaml(
+        &client,
+        Some(&ns.name),
+        &deployment("search")
+            .annotations(json!({"reloader.stakater.com/search": "true"}))
+            .env_from(json!(env_from(&["matched", "named-1"])))
+            .manifest(),
+    )
+    .await?;
 
     // Named: the first reload adds the marker on containers[0].
     patch_cm(&client, &ns.name, "named-1", json!({"data": {"a": "2"}})).await?;
@@ -379,8 +376,7 @@ async fn a_configmap_and_a_secret_changed_together_give_one_rollout() -> Result<
         },
     )
     .await?;
-    apply_yaml(&client, Some(&ns.name), &deployment("web", json!({"reloader.stakater.com/auto": "true"}),
-        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}, {"secretRef": {"name": "app-secret"}}]}]}))).await?;
+    apply_yaml(&client, Some(&ns.name), &deployment("web").auto().env_from(json!([{"configMapRef": {"name": "app-config"}}, {"secretRef": {"name": "app-secret"}}])).manifest()).await?;
     patch_cm(
         &client,
         &ns.name,
@@ -405,6 +401,8 @@ async fn a_configmap_and_a_secret_changed_together_give_one_rollout() -> Result<
         env_of(&d, 0, "STAKATER_APP_SECRET_SECRET"),
         Some(secret_hash(&client, &ns.name, "app-secret").await?)
     );
+    // Counted once the reload (and its Event) is done: wait until rekindle is idle.
+    rk.settled(rk.handled().await?).await?;
     assert_eq!(rk.reloads(true).await?, 1.0);
     rk.stop().await?;
     ns.cleanup().await
@@ -415,11 +413,12 @@ async fn replacing_with_the_original_manifest_keeps_the_marker() -> Result<()> {
     let (client, ns) = setup("e2e-replace").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
-    let manifest: Deployment = serde_json::from_str(&deployment(
-        "web",
-        json!({"reloader.stakater.com/auto": "true"}),
-        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}),
-    ))?;
+    let manifest: Deployment = serde_json::from_str(
+        &deployment("web")
+            .auto()
+            .uses_configmap("app-config")
+            .manifest(),
+    )?;
     let api: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     api.create(&PostParams::default(), &manifest).await?;
     expect_replica_sets(&client, &ns.name, "web", 1).await?;
@@ -443,8 +442,15 @@ async fn changes_while_stopped_are_caught_up_exactly_once() -> Result<()> {
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
     apply_yaml(&client, Some(&ns.name), &auto_web()).await?;
-    apply_yaml(&client, Some(&ns.name), &deployment("other", json!({"reloader.stakater.com/auto": "true"}),
-        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "rekindle-probe"}}]}]}))).await?;
+    apply_yaml(
+        &client,
+        Some(&ns.name),
+        &deployment("other")
+            .auto()
+            .uses_configmap("rekindle-probe")
+            .manifest(),
+    )
+    .await?;
     expect_replica_sets(&client, &ns.name, "web", 1).await?;
     rk.terminate().await?;
     patch_cm(
@@ -479,13 +485,9 @@ async fn a_new_workload_with_a_stale_marker_is_reloaded_at_once() -> Result<()> 
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
     let api: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
-    let mut d: Deployment = serde_json::from_str(&deployment(
-        "unused",
-        json!({"reloader.stakater.com/auto": "true"}),
-        json!({"containers": [{"name": "app", "image": "busybox",
+    let mut d: Deployment = serde_json::from_str(&deployment("unused").auto().pod_spec(json!({"containers": [{"name": "app", "image": "busybox",
             "env": [{"name": "STAKATER_APP_CONFIG_CONFIGMAP", "value": "0000000000000000000000000000000000000000"}],
-            "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}),
-    ))?;
+            "envFrom": [{"configMapRef": {"name": "app-config"}}]}]})).manifest())?;
     d.metadata.name = None;
     d.metadata.generate_name = Some("gen-".into());
     let created = api.create(&PostParams::default(), &d).await?;
@@ -522,11 +524,10 @@ async fn without_webhook(prefix: &str) -> Result<(Client, TestNamespace, Rekindl
 
 /// `web`: auto-reload, all of `app-config` as environment.
 fn auto_web() -> String {
-    deployment(
-        "web",
-        json!({"reloader.stakater.com/auto": "true"}),
-        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}),
-    )
+    deployment("web")
+        .auto()
+        .uses_configmap("app-config")
+        .manifest()
 }
 
 /// Without the webhook a new workload has no marker; when its watch event is handled after a change of
@@ -565,6 +566,8 @@ async fn an_unmarked_workload_created_before_a_change_it_was_seen_after_is_reloa
     })
     .await?;
     expect_replica_sets(&client, &ns.name, "web", 2).await?;
+    // Counted once the reload (and its Event) is done: wait until rekindle is idle.
+    rk.settled(rk.handled().await?).await?;
     assert_eq!(rk.reloads(true).await?, 1.0);
     rk.stop().await?;
     ns.cleanup().await
@@ -600,11 +603,9 @@ async fn invalid_regex_gives_a_warning_event_and_the_rest_works() -> Result<()> 
     apply_yaml(
         &client,
         Some(&ns.name),
-        &deployment(
-            "web",
-            json!({"configmap.reloader.stakater.com/reload": "([, app-config"}),
-            json!({"containers": [{"name": "app", "image": "busybox"}]}),
-        ),
+        &deployment("web")
+            .annotations(json!({"configmap.reloader.stakater.com/reload": "([, app-config"}))
+            .manifest(),
     )
     .await?;
     patch_cm(
@@ -635,11 +636,12 @@ async fn a_dry_run_leaves_no_trace_in_the_index() -> Result<()> {
     let (client, ns) = setup("e2e-dryrun").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
-    let d: Deployment = serde_json::from_str(&deployment(
-        "ghost",
-        json!({"reloader.stakater.com/auto": "true"}),
-        json!({"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}),
-    ))?;
+    let d: Deployment = serde_json::from_str(
+        &deployment("ghost")
+            .auto()
+            .uses_configmap("app-config")
+            .manifest(),
+    )?;
     let created = Api::<Deployment>::namespaced(client.clone(), &ns.name)
         .create(
             &PostParams {
@@ -653,8 +655,7 @@ async fn a_dry_run_leaves_no_trace_in_the_index() -> Result<()> {
         serde_json::to_string(&created)?.contains("STAKATER_APP_CONFIG_CONFIGMAP"),
         "the dry-run shows the stamp"
     );
-    // The gauges refresh every 5 s.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // The index sizes are read at scrape time.
     assert_eq!(
         rk.metric("rekindle_index_provisional_workloads").await?,
         0.0
@@ -700,7 +701,12 @@ async fn ready_is_503_until_the_watches_sync() -> Result<()> {
         Ok(matches!(e2e::rekindle::http_get(port, "/live").await, Ok((200, _))).then_some(()))
     })
     .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The watches have tried to list, and failed (forbidden), before /ready is asked.
+    wait_for("a watch to fail and restart", TIMEOUT, || async {
+        let restarts = rk.metric_sum("rekindle_watch_restarts_total").await?;
+        Ok((restarts >= 1.0).then_some(()))
+    })
+    .await?;
     assert_eq!(e2e::rekindle::http_get(port, "/ready").await?.0, 503);
     rk.terminate().await?;
     rk.stop().await?;
@@ -774,6 +780,8 @@ async fn a_busy_workload_is_reloaded_while_another_client_writes_it() -> Result<
         "the other writer's last label was kept"
     );
     expect_replica_sets(&client, &ns.name, "web", 4).await?;
+    // Counted once the reload (and its Event) is done: wait until rekindle is idle.
+    rk.settled(rk.handled().await?).await?;
     assert_eq!(rk.reloads(true).await?, 3.0);
     assert_eq!(
         rk.metric("rekindle_errors_total{kind=\"reload_attempt\"}")

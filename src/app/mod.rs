@@ -152,61 +152,11 @@ async fn run(config: Config) -> Result<()> {
         let health = health.clone();
         move || health.set_ready(true)
     });
-    // Built-in kinds are always served; Argo Rollouts (when enabled) and DeploymentConfigs are optional
-    // APIs whose watches start when the API appears.
-    let ignored = &config.plan.policy.ignored_workload_types;
-    let builtin: Vec<WorkloadKind> = [
-        WorkloadKind::Deployment,
-        WorkloadKind::StatefulSet,
-        WorkloadKind::DaemonSet,
-        WorkloadKind::CronJob,
-        WorkloadKind::Job,
-    ]
-    .into_iter()
-    .filter(|k| !ignored.contains(k))
-    .collect();
-    let mut optional = vec![WorkloadKind::DeploymentConfig];
-    if config.argo_rollouts {
-        optional.push(WorkloadKind::Rollout);
-    }
-    let kinds: Vec<WorkloadKind> = builtin.iter().chain(optional.iter()).copied().collect();
-    let (leadership, election) = if config.enable_ha {
-        let identity = instance_name(&config).unwrap_or_else(|| "rekindle".into());
-        let namespace = config
-            .pod_namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        tracing::info!(%identity, %namespace, lease = %config.lease_name, "leader election on");
-        let (leadership, election) = lease::start(
-            client.clone(),
-            lease::LeaseConfig {
-                namespace,
-                name: config.lease_name.clone(),
-                identity,
-                lease_duration: config.lease_duration,
-                renew_deadline: config.renew_deadline,
-                retry_period: config.retry_period,
-            },
-            shutdown.clone(),
-        );
-        (leadership, Some(election))
-    } else {
-        (Leadership::always(), None)
-    };
+    let (builtin, optional) = workload_kinds(&config);
+    let (leadership, election) = leadership(&config, &client, &shutdown);
 
     // Admin server first, so probes answer (503) while the watches sync.
-    let admin_listener = bind(config.admin_addr)
-        .await
-        .with_context(|| format!("binding --admin-addr {}", config.admin_addr))?;
-    tracing::info!(addr = %admin_listener.local_addr()?, "admin server listening");
-    let admin_router = admin::router(health.clone(), registry.clone());
-    let admin_shutdown = shutdown.clone();
-    let admin_task = tokio::spawn(async move {
-        let _ = axum::serve(admin_listener, admin_router)
-            .with_graceful_shutdown(admin_shutdown.cancelled_owned())
-            .await;
-    });
-
+    let admin_task = serve_admin(&config, health.clone(), registry, &shutdown).await?;
     let admission = Arc::new(Admission {
         plan: config.plan.clone(),
         scope: scope.clone(),
@@ -214,48 +164,12 @@ async fn run(config: Config) -> Result<()> {
         metrics: metrics.clone(),
         self_username: self_username(&client).await,
         notify_only: config.webhook_url.is_some(),
-        kinds: kinds.clone(),
-        lookup: config.admission_lookup.then(|| {
-            let watched = [
-                (ResourceKind::ConfigMap, !config.ignore_configmaps),
-                (ResourceKind::Secret, !config.ignore_secrets),
-            ];
-            Arc::new(admission::lookup::Lookup::new(
-                client.clone(),
-                health.clone(),
-                config.plan.policy.keys.clone(),
-                config.resource_label_selector.clone(),
-                watched
-                    .iter()
-                    .filter(|(_, w)| *w)
-                    .map(|(k, _)| *k)
-                    .collect(),
-                metrics.clone(),
-            ))
-        }),
+        kinds: builtin.iter().chain(optional.iter()).copied().collect(),
+        lookup: config
+            .admission_lookup
+            .then(|| admission_lookup(&config, &client, &health, &metrics)),
     });
-    let webhook_task = match (&config.tls_cert_file, &config.tls_key_file) {
-        (Some(cert), Some(key)) => {
-            let certs = tls::ReloadingCert::new(cert, key)?;
-            let tls_config =
-                tls::server_config(certs.clone(), config.tls_min_version, config.webhook_http2)?;
-            let listener = bind(config.webhook_addr)
-                .await
-                .with_context(|| format!("binding --webhook-addr {}", config.webhook_addr))?;
-            tracing::info!(addr = %listener.local_addr()?, "admission webhook listening");
-            certs.keep_fresh(metrics.tls_cert_not_after.clone(), shutdown.clone());
-            Some(tokio::spawn(tls::serve(
-                listener,
-                tls_config,
-                admission_http::router(admission),
-                shutdown.clone(),
-            )))
-        }
-        _ => {
-            tracing::warn!("no --tls-cert-file/--tls-key-file: the admission webhook is off; workloads are found by the watch only");
-            None
-        }
-    };
+    let webhook_task = serve_webhook(&config, admission, &metrics, &shutdown).await?;
 
     let ctx = Arc::new(Ctx {
         plan: config.plan.clone(),
@@ -276,30 +190,15 @@ async fn run(config: Config) -> Result<()> {
     // Every start-up watch is registered: only now may the last one to sync make the process ready.
     ready.seal();
 
-    let reporter = Reporter {
-        controller: "rekindle".into(),
-        instance: instance_name(&config),
-    };
-    let mut writer = Writer::new(
-        client.clone(),
-        config.plan.clone(),
-        index.clone(),
-        queue.clone(),
-        metrics.clone(),
-        Recorder::new(client.clone(), reporter),
-        config.max_concurrent_reloads,
-        leadership.clone(),
-    );
-    if let Some(alerts) = config.alerts.clone() {
-        tracing::info!(sink = ?alerts.sink, "alerts after reloads on");
-        writer.alerter = Some(Alerter::start(alerts, metrics.clone())?);
-    }
-    let writer = Arc::new(writer);
-    let writer_task = if config.webhook_url.is_some() {
-        tracing::info!("--webhook-url: changes are POSTed there; no workload is touched");
-        None
-    } else {
-        Some(tokio::spawn(writer.run(shutdown.clone())))
+    let writer_task = match config.webhook_url {
+        Some(_) => {
+            tracing::info!("--webhook-url: changes are POSTed there; no workload is touched");
+            None
+        }
+        None => {
+            let writer = writer(&config, &client, &index, &queue, &metrics, &leadership)?;
+            Some(tokio::spawn(writer.run(shutdown.clone())))
+        }
     };
 
     // Catch-up once every watch has synced, then the periodic consistency pass.
@@ -344,6 +243,157 @@ async fn run(config: Config) -> Result<()> {
     let _ = admin_task.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The workload kinds to watch: built-in kinds are always served; Argo Rollouts (when enabled) and
+/// DeploymentConfigs are optional APIs whose watches start when the API appears.
+fn workload_kinds(config: &Config) -> (Vec<WorkloadKind>, Vec<WorkloadKind>) {
+    let ignored = &config.plan.policy.ignored_workload_types;
+    let builtin = [
+        WorkloadKind::Deployment,
+        WorkloadKind::StatefulSet,
+        WorkloadKind::DaemonSet,
+        WorkloadKind::CronJob,
+        WorkloadKind::Job,
+    ]
+    .into_iter()
+    .filter(|k| !ignored.contains(k))
+    .collect();
+    let mut optional = vec![WorkloadKind::DeploymentConfig];
+    if config.argo_rollouts {
+        optional.push(WorkloadKind::Rollout);
+    }
+    (builtin, optional)
+}
+
+/// With `--enable-ha`, the Lease election; otherwise this replica always writes.
+fn leadership(
+    config: &Config,
+    client: &Client,
+    shutdown: &CancellationToken,
+) -> (Leadership, Option<lease::Election>) {
+    if !config.enable_ha {
+        return (Leadership::always(), None);
+    }
+    let identity = instance_name(config).unwrap_or_else(|| "rekindle".into());
+    let namespace = config
+        .pod_namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    tracing::info!(%identity, %namespace, lease = %config.lease_name, "leader election on");
+    let (leadership, election) = lease::start(
+        client.clone(),
+        lease::LeaseConfig {
+            namespace,
+            name: config.lease_name.clone(),
+            identity,
+            lease_duration: config.lease_duration,
+            renew_deadline: config.renew_deadline,
+            retry_period: config.retry_period,
+        },
+        shutdown.clone(),
+    );
+    (leadership, Some(election))
+}
+
+async fn serve_admin(
+    config: &Config,
+    health: Arc<Health>,
+    registry: Arc<Registry>,
+    shutdown: &CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let listener = bind(config.admin_addr)
+        .await
+        .with_context(|| format!("binding --admin-addr {}", config.admin_addr))?;
+    tracing::info!(addr = %listener.local_addr()?, "admin server listening");
+    let router = admin::router(health, registry);
+    let shutdown = shutdown.clone();
+    Ok(tokio::spawn(async move {
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await;
+    }))
+}
+
+/// `--admission-lookup`: reads at admission what the index does not know yet, of the watched kinds.
+fn admission_lookup(
+    config: &Config,
+    client: &Client,
+    health: &Arc<Health>,
+    metrics: &Arc<Metrics>,
+) -> Arc<admission::lookup::Lookup> {
+    let watched = [
+        (ResourceKind::ConfigMap, !config.ignore_configmaps),
+        (ResourceKind::Secret, !config.ignore_secrets),
+    ];
+    Arc::new(admission::lookup::Lookup::new(
+        client.clone(),
+        health.clone(),
+        config.plan.policy.keys.clone(),
+        config.resource_label_selector.clone(),
+        watched
+            .iter()
+            .filter(|(_, w)| *w)
+            .map(|(k, _)| *k)
+            .collect(),
+        metrics.clone(),
+    ))
+}
+
+/// The admission webhook over TLS, when a certificate is given.
+async fn serve_webhook(
+    config: &Config,
+    admission: Arc<Admission>,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    let (Some(cert), Some(key)) = (&config.tls_cert_file, &config.tls_key_file) else {
+        tracing::warn!("no --tls-cert-file/--tls-key-file: the admission webhook is off; workloads are found by the watch only");
+        return Ok(None);
+    };
+    let certs = tls::ReloadingCert::new(cert, key)?;
+    let tls_config =
+        tls::server_config(certs.clone(), config.tls_min_version, config.webhook_http2)?;
+    let listener = bind(config.webhook_addr)
+        .await
+        .with_context(|| format!("binding --webhook-addr {}", config.webhook_addr))?;
+    tracing::info!(addr = %listener.local_addr()?, "admission webhook listening");
+    certs.keep_fresh(metrics.tls_cert_not_after.clone(), shutdown.clone());
+    Ok(Some(tokio::spawn(tls::serve(
+        listener,
+        tls_config,
+        admission_http::router(admission),
+        shutdown.clone(),
+    ))))
+}
+
+fn writer(
+    config: &Config,
+    client: &Client,
+    index: &Arc<Index>,
+    queue: &Arc<Queue>,
+    metrics: &Arc<Metrics>,
+    leadership: &Leadership,
+) -> Result<Arc<Writer>> {
+    let reporter = Reporter {
+        controller: "rekindle".into(),
+        instance: instance_name(config),
+    };
+    let mut writer = Writer::new(
+        client.clone(),
+        config.plan.clone(),
+        index.clone(),
+        queue.clone(),
+        metrics.clone(),
+        Recorder::new(client.clone(), reporter),
+        config.max_concurrent_reloads,
+        leadership.clone(),
+    );
+    if let Some(alerts) = config.alerts.clone() {
+        tracing::info!(sink = ?alerts.sink, "alerts after reloads on");
+        writer.alerter = Some(Alerter::start(alerts, metrics.clone())?);
+    }
+    Ok(Arc::new(writer))
 }
 
 /// Starts every watch of the configuration (resources per watched namespace, workloads, the namespace

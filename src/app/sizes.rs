@@ -24,6 +24,7 @@ impl Collector for SizesCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = self.index.sizes();
         let depth = self.queue.depth() as i64;
+        let in_flight = self.queue.in_flight() as i64;
         let series = [
             (
                 "rekindle_index_resources",
@@ -50,6 +51,11 @@ impl Collector for SizesCollector {
                 "Workloads waiting to be reloaded",
                 depth,
             ),
+            (
+                "rekindle_reloads_in_flight",
+                "Workloads being written by the reload writer",
+                in_flight,
+            ),
         ];
         encode_gauges(&mut encoder, series)
     }
@@ -65,8 +71,8 @@ mod tests {
     use crate::reload::queue::QueueConfig;
     use prometheus_client::registry::Registry;
 
-    #[test]
-    fn sizes_are_read_at_scrape_time() {
+    #[tokio::test]
+    async fn sizes_are_read_at_scrape_time() {
         let index = Arc::new(Index::new());
         let queue = Arc::new(Queue::new(QueueConfig {
             debounce: std::time::Duration::from_secs(60),
@@ -100,21 +106,30 @@ mod tests {
             kind: ResourceKind::ConfigMap,
             name: "cfg".into(),
         };
+        // A lone trigger is due at once, so the writer can take it below.
         queue.push(
             workload,
             r,
             Event::Update,
             tokio::time::Instant::now(),
-            false,
+            true,
         );
-        let text = scrape();
-        for line in [
+        let has = |lines: &[&str]| {
+            let text = scrape();
+            for line in lines {
+                assert!(text.contains(line), "{line:?} not in\n{text}");
+            }
+        };
+        has(&[
             "rekindle_index_resources 1\n",
             "rekindle_index_workloads 0\n",
             "rekindle_queue_depth 1\n",
             "reloader_workqueue_depth 1\n",
-        ] {
-            assert!(text.contains(line), "{line:?} not in\n{text}");
-        }
+            "rekindle_reloads_in_flight 0\n",
+        ]);
+        let (key, _) = queue.next().await;
+        has(&["rekindle_queue_depth 0\n", "rekindle_reloads_in_flight 1\n"]);
+        queue.done(&key, true);
+        has(&["rekindle_reloads_in_flight 0\n"]);
     }
 }

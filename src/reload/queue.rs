@@ -134,6 +134,11 @@ impl Queue {
         self.lock().pending.len()
     }
 
+    /// Workloads taken by the writer and not finished yet.
+    pub fn in_flight(&self) -> usize {
+        self.lock().in_flight.len()
+    }
+
     /// Waits for the next due workload that is not already being reloaded and takes it.
     pub async fn next(&self) -> (WorkloadKey, Pending) {
         loop {

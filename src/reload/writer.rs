@@ -27,6 +27,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::error::WriteError;
 use super::queue::{Pending, Queue};
@@ -148,11 +149,17 @@ impl Writer {
                 break;
             };
             let this = self.clone();
-            tokio::spawn(async move {
-                let _permit = permit;
-                let reloaded = this.reload(&key, &pending).await;
-                this.queue.done(&key, reloaded);
-            });
+            // The span is attached to the task, not entered: an entered guard held across awaits
+            // would tag whatever else runs on this thread meanwhile.
+            let span = tracing::info_span!("reload", workload = %key);
+            tokio::spawn(
+                async move {
+                    let _permit = permit;
+                    let reloaded = this.reload(&key, &pending).await;
+                    this.queue.done(&key, reloaded);
+                }
+                .instrument(span),
+            );
         }
         let _ = tokio::time::timeout(
             Duration::from_secs(10),
@@ -163,8 +170,6 @@ impl Writer {
 
     async fn reload(&self, key: &WorkloadKey, pending: &Pending) -> bool {
         let started = Instant::now();
-        let span = tracing::info_span!("reload", workload = %key);
-        let _enter = span.enter();
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &key.namespace,

@@ -16,7 +16,9 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-use super::{create_pairs, f, request_counts, seen, summary, template_watch};
+use super::{
+    create_pairs, env_usize, f, percentile, request_counts, seen, summary, template_watch,
+};
 
 /// Who applies the change: rekindle (with its debounce flag, None = default) or the bench itself.
 #[derive(Clone, Copy)]
@@ -227,12 +229,23 @@ async fn pair(client: &Client, trials: usize) -> Result<Value> {
 
 /// S8: paced latency at 10 and 2 updates/s for the three writers (alternating), the same at 10/s with
 /// a busy writer, and the pair.
+///
+/// The paced runs repeat for REKINDLE_BENCH_S8_ROUNDS rounds (default 3), the writers' order rotated
+/// each round so none always runs first on a machine that warms up or gets busier; the report pools
+/// each writer's samples over the rounds and gives the median of the per-round ratios too.
 pub async fn s8(client: &Client) -> Result<Value> {
+    let rounds = env_usize("REKINDLE_BENCH_S8_ROUNDS", 3);
+    let writers = [Who::Bare, Who::Rekindle(Some("0")), Who::Rekindle(None)];
     let mut runs = Vec::new();
     for (rate, updates) in [(10.0, 100), (2.0, 40)] {
-        for who in [Who::Bare, Who::Rekindle(Some("0")), Who::Rekindle(None)] {
-            eprintln!("S8 {} at {rate}/s …", who.label());
-            runs.push(paced(client, who, rate, updates, false).await?);
+        for round in 0..rounds {
+            for k in 0..writers.len() {
+                let who = writers[(k + round) % writers.len()];
+                eprintln!("S8 round {} {} at {rate}/s …", round + 1, who.label());
+                let mut run = paced(client, who, rate, updates, false).await?;
+                run["round"] = json!(round + 1);
+                runs.push(run);
+            }
         }
     }
     let mut busy = Vec::new();
@@ -342,15 +355,23 @@ pub fn markdown(s8: &Value, s9: &Value, s3: &[Value]) -> String {
     if !s8.is_object() {
         return s9_markdown(s9);
     }
-    let mut md = String::from("\n## S8 the writer: paced changes, 20 ConfigMaps ↔ 20 Deployments\n\nChange accepted → new template in a watch; the bare client PATCHes the template itself (the limit). Runs alternate writers at each rate. Requests per change are `apiserver_request_total` deltas for Deployments (GET, and PATCH less the busy writer's); failed attempts and reads are rekindle's own `rekindle_errors_total{kind=\"reload_attempt\"}` and `rekindle_workload_reads_total`.\n\n| writer | rate /s | n | missed | p50 ms | p99 ms | p50 / bare | p99 / bare | GET/change | PATCH/change | failed attempts | reads | changes handled ≤ 1 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut md = String::from("\n## S8 the writer: paced changes, 20 ConfigMaps ↔ 20 Deployments\n\nChange accepted → new template in a watch; the bare client PATCHes the template itself (the limit). Runs alternate writers at each rate, in rounds (the writers' order rotated each round); each row's ratios are to the bare client of its round. Requests per change are `apiserver_request_total` deltas for Deployments (GET, and PATCH less the busy writer's); failed attempts and reads are rekindle's own `rekindle_errors_total{kind=\"reload_attempt\"}` and `rekindle_workload_reads_total`.\n\n| writer | rate /s | n | missed | p50 ms | p99 ms | p50 / bare | p99 / bare | GET/change | PATCH/change | failed attempts | reads | changes handled ≤ 1 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let rows = |md: &mut String, runs: &[Value]| {
-        let mut bare: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        // The bare client of the same rate and round.
+        let bare: BTreeMap<(String, String), (f64, f64)> = runs
+            .iter()
+            .filter(|r| r["who"] == "bare client")
+            .map(|r| {
+                let key = (r["rate_per_s"].to_string(), r["round"].to_string());
+                (key, (f(&r["p50_ms"]), f(&r["p99_ms"])))
+            })
+            .collect();
         for r in runs {
             let rate = r["rate_per_s"].to_string();
-            if r["who"] == "bare client" {
-                bare.insert(rate.clone(), (f(&r["p50_ms"]), f(&r["p99_ms"])));
-            }
-            let (b50, b99) = bare.get(&rate).copied().unwrap_or((f64::NAN, f64::NAN));
+            let (b50, b99) = bare
+                .get(&(rate.clone(), r["round"].to_string()))
+                .copied()
+                .unwrap_or((f64::NAN, f64::NAN));
             let cell = |k: &str| match r.get(k).and_then(Value::as_f64) {
                 Some(v) => format!("{v:.2}"),
                 None => "—".into(),
@@ -358,10 +379,10 @@ pub fn markdown(s8: &Value, s9: &Value, s3: &[Value]) -> String {
             *md += &format!(
                 "| {}{} | {} | {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {} | {} |\n",
                 r["who"].as_str().unwrap_or(""),
-                if r["busy_writer_patches"].is_null() {
-                    String::new()
-                } else {
-                    format!(", busy writer ({} patches)", r["busy_writer_patches"])
+                match (r["round"].as_u64(), r["busy_writer_patches"].is_null()) {
+                    (_, false) => format!(", busy writer ({} patches)", r["busy_writer_patches"]),
+                    (Some(round), true) => format!(", round {round}"),
+                    (None, true) => String::new(),
                 },
                 rate,
                 r["n"],
@@ -386,6 +407,7 @@ pub fn markdown(s8: &Value, s9: &Value, s3: &[Value]) -> String {
         &mut md,
         s8["busy"].as_array().map(Vec::as_slice).unwrap_or(&[]),
     );
+    md += &pooled_markdown(s8["paced"].as_array().map(Vec::as_slice).unwrap_or(&[]));
     md += &format!(
         "\nA ConfigMap and a Secret of one Deployment changed 200 ms apart, default configuration, {} times: template changes per pair {}.\n",
         s8["pair"]["trials"], s8["pair"]["rollouts_per_pair"]
@@ -406,6 +428,61 @@ pub fn markdown(s8: &Value, s9: &Value, s3: &[Value]) -> String {
         }
     }
     md + &s9_markdown(s9)
+}
+
+/// Each writer's samples pooled over the rounds, against the bare client's pooled samples, and the
+/// median over rounds of the ratio within a round.
+fn pooled_markdown(runs: &[Value]) -> String {
+    let mut pooled: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    // (rate, round) → writer → (p50, p99)
+    let mut per_round: BTreeMap<(String, String), BTreeMap<String, (f64, f64)>> = BTreeMap::new();
+    for r in runs {
+        let who = r["who"].as_str().unwrap_or("").to_string();
+        let rate = r["rate_per_s"].to_string();
+        let samples = r["samples_ms"].as_array().into_iter().flatten();
+        pooled
+            .entry((rate.clone(), who.clone()))
+            .or_default()
+            .extend(samples.filter_map(Value::as_f64));
+        per_round
+            .entry((rate, r["round"].to_string()))
+            .or_default()
+            .insert(who, (f(&r["p50_ms"]), f(&r["p99_ms"])));
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        percentile(&v, 50.0)
+    };
+    let mut md = String::from("\n### S8 pooled over rounds\n\n| writer | rate /s | rounds | n | p50 ms | p99 ms | p50 / bare | p99 / bare | median of round p50 ratios | median of round p99 ratios |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for ((rate, who), mut samples) in pooled.clone() {
+        samples.sort_by(|a, b| a.total_cmp(b));
+        let mut bare = pooled
+            .get(&(rate.clone(), "bare client".to_string()))
+            .cloned()
+            .unwrap_or_default();
+        bare.sort_by(|a, b| a.total_cmp(b));
+        let ratios: Vec<(f64, f64)> = per_round
+            .iter()
+            .filter(|((r, _), _)| *r == rate)
+            .filter_map(|(_, writers)| {
+                let (b50, b99) = writers.get("bare client")?;
+                let (w50, w99) = writers.get(&who)?;
+                Some((w50 / b50, w99 / b99))
+            })
+            .collect();
+        md += &format!(
+            "| {who} | {rate} | {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} |\n",
+            ratios.len(),
+            samples.len(),
+            percentile(&samples, 50.0),
+            percentile(&samples, 99.0),
+            percentile(&samples, 50.0) / percentile(&bare, 50.0),
+            percentile(&samples, 99.0) / percentile(&bare, 99.0),
+            median(ratios.iter().map(|r| r.0).collect()),
+            median(ratios.iter().map(|r| r.1).collect()),
+        );
+    }
+    md
 }
 
 fn s9_markdown(s9: &Value) -> String {
