@@ -3,6 +3,8 @@
 
 use anyhow::Result;
 use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::DynamicObject;
+use kube::Client;
 use serde_json::{json, Value};
 
 /// A Deployment named `name`, to be completed with the builder's methods.
@@ -94,6 +96,11 @@ impl DeploymentBuilder {
 
     pub fn typed(&self) -> Result<Deployment> {
         Ok(serde_json::from_value(self.build())?)
+    }
+
+    /// Server-side applies it in `namespace` (as `crate::apply_value`).
+    pub async fn apply(&self, client: &Client, namespace: &str) -> Result<DynamicObject> {
+        crate::apply_value(client, Some(namespace), self.build()).await
     }
 }
 

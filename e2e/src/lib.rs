@@ -85,6 +85,28 @@ pub async fn client_with_cert(cert: &Path, key: &Path) -> Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
+/// A kubeconfig for the cluster user `user` (a client certificate signed by the cluster's CA, from
+/// `certs-gen client`), written under the state directory with `tag` in its name. What the user may
+/// do is up to the caller's RBAC.
+pub fn user_kubeconfig(user: &str, tag: &str) -> Result<PathBuf> {
+    let pki = state_dir().join("pki");
+    let status = std::process::Command::new(root().join("target/debug/certs-gen"))
+        .args(["client", "--out"])
+        .arg(&pki)
+        .args(["--name", user, "--cn", user])
+        .status()
+        .context("running target/debug/certs-gen (cargo build -p certs-gen)")?;
+    if !status.success() {
+        bail!("certs-gen client --name {user}: {status}");
+    }
+    let kubeconfig = std::fs::read_to_string(state_dir().join("rekindle.kubeconfig"))?
+        .replace("rekindle.crt", &format!("{user}.crt"))
+        .replace("rekindle.key", &format!("{user}.key"));
+    let path = state_dir().join(format!("{user}-{tag}.kubeconfig"));
+    std::fs::write(&path, kubeconfig)?;
+    Ok(path)
+}
+
 /// Polls `check` until it yields `Some`, failing with a message naming what it waited for.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
 where

@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 use crate::{rekindle_binary, state_dir, wait_for};
@@ -95,26 +94,27 @@ pub async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
 
 /// A plain HTTP GET on 127.0.0.1 with an optional `Accept` header.
 pub async fn http_get_accept(port: u16, path: &str, accept: Option<&str>) -> Result<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let accept = accept
-        .map(|a| format!("Accept: {a}\r\n"))
-        .unwrap_or_default();
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{accept}\r\n").as_bytes())
-        .await?;
-    let mut buf = Vec::new();
-    stream.read_to_end(&mut buf).await?;
-    let text = String::from_utf8_lossy(&buf).to_string();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| anyhow!("bad HTTP response: {text}"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
+    use http_body_util::{BodyExt, Empty};
+    use hyper::body::Bytes;
+    // One client per call: each test has its own runtime, and a pooled connection must not outlive it.
+    let client: hyper_util::client::legacy::Client<_, Empty<Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .build_http();
+    let mut request = hyper::Request::get(format!("http://127.0.0.1:{port}{path}"));
+    if let Some(accept) = accept {
+        request = request.header(hyper::header::ACCEPT, accept);
+    }
+    let response = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.request(request.body(Empty::new())?),
+    )
+    .await
+    .map_err(|_| anyhow!("GET :{port}{path}: no answer within 10 s"))?
+    .with_context(|| format!("GET :{port}{path}"))?;
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
 impl Rekindle {

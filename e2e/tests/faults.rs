@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 use e2e::fixtures::deployment;
 use e2e::rekindle::{Options, Rekindle};
-use e2e::{admin_client, apply_value, dynamic_api, get_json, wait_for, TestNamespace};
+use e2e::{admin_client, apply_value, dynamic_api, get_json, wait_for, TestNamespace, TIMEOUT};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
@@ -111,12 +111,11 @@ async fn a_frozen_webhook_fails_open_and_the_watch_still_reloads() -> Result<()>
     let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
     rk.signal("STOP")?;
     let started = std::time::Instant::now();
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("frozen").auto().uses_configmap("cfg").build(),
-    )
-    .await?;
+    deployment("frozen")
+        .auto()
+        .uses_configmap("cfg")
+        .apply(&client, &ns.name)
+        .await?;
     let took = started.elapsed();
     let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
     assert_eq!(
@@ -171,15 +170,11 @@ async fn a_conflict_storm_neither_stops_reloads_nor_loses_the_other_writers_chan
     }
     let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
     for i in 0..WORKLOADS {
-        apply_value(
-            &client,
-            Some(&ns.name),
-            deployment(&format!("d-{i}"))
-                .auto()
-                .uses_configmap(&format!("cm-{i}"))
-                .build(),
-        )
-        .await?;
+        deployment(&format!("d-{i}"))
+            .auto()
+            .uses_configmap(&format!("cm-{i}"))
+            .apply(&client, &ns.name)
+            .await?;
     }
     let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
     // Another writer: a metadata annotation and a pod-template label, on every Deployment, non-stop.
@@ -294,15 +289,11 @@ async fn secret_data_never_appears_in_the_logs_even_at_trace_level() -> Result<(
         },
     )
     .await?;
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("app")
-            .auto()
-            .env_from(json!([json!({"secretRef": {"name": "creds"}})]))
-            .build(),
-    )
-    .await?;
+    deployment("app")
+        .auto()
+        .env_from(json!([json!({"secretRef": {"name": "creds"}})]))
+        .apply(&client, &ns.name)
+        .await?;
     secrets
         .patch(
             "creds",
@@ -402,15 +393,11 @@ async fn throttled_by_priority_and_fairness_rekindle_backs_off_and_loses_nothing
     )
     .await?;
     for i in 0..WORKLOADS {
-        apply_value(
-            &client,
-            Some(&ns.name),
-            deployment(&format!("d-{i}"))
-                .auto()
-                .uses_configmap(&format!("cm-{i}"))
-                .build(),
-        )
-        .await?;
+        deployment(&format!("d-{i}"))
+            .auto()
+            .uses_configmap(&format!("cm-{i}"))
+            .apply(&client, &ns.name)
+            .await?;
     }
     // A CronJob on cm-0: each change creates a Job, and a retried create must not make a second one.
     apply_value(&client, Some(&ns.name), json!({"apiVersion": "batch/v1", "kind": "CronJob",
@@ -466,6 +453,92 @@ async fn throttled_by_priority_and_fairness_rekindle_backs_off_and_loses_nothing
     for kind in ["FlowSchema", "PriorityLevelConfiguration"] {
         let api = dynamic_api(&client, "flowcontrol.apiserver.k8s.io/v1", kind, None).await?;
         api.delete(&level, &Default::default()).await?;
+    }
+    ns.cleanup().await
+}
+
+/// A write the apiserver forbids is not retried: one failed attempt, one failed reload, one
+/// `ReloadFail` Warning Event, while everything rekindle may do still works. rekindle runs as a user
+/// that may read everything and record Events but not patch Deployments.
+#[tokio::test]
+async fn a_forbidden_patch_is_attempted_once_and_reported() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-forbidden").await?;
+    let user = format!("e2e-no-patch-{}", ns.name);
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+    "metadata": {"name": user},
+    "rules": [
+        {"apiGroups": ["", "apps", "batch"], "verbs": ["get", "list", "watch"],
+         "resources": ["configmaps", "secrets", "namespaces", "deployments", "statefulsets", "daemonsets", "cronjobs", "jobs"]},
+        // Optional kinds other tests may have installed: rekindle is ready once it watches them.
+        {"apiGroups": ["apps.openshift.io"], "verbs": ["get", "list", "watch"], "resources": ["deploymentconfigs"]},
+        {"apiGroups": ["argoproj.io"], "verbs": ["get", "list", "watch"], "resources": ["rollouts"]},
+        {"apiGroups": ["", "events.k8s.io"], "verbs": ["create", "patch"], "resources": ["events"]},
+    ]});
+    apply_value(&client, None, role).await?;
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]});
+    apply_value(&client, None, binding).await?;
+    let kubeconfig = e2e::user_kubeconfig(&user, &ns.name)?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"v": "1"}}),
+    )
+    .await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            kubeconfig: Some(kubeconfig),
+            args: &["--reload-debounce=0"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    deployment("web")
+        .auto()
+        .uses_configmap("cfg")
+        .apply(&client, &ns.name)
+        .await?;
+    rk.wait_indexed(1.0).await?;
+    let handled = rk.handled().await?;
+    Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .patch(
+            "cfg",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"v": "2"}})),
+        )
+        .await?;
+    // Idle means the reload, with whatever retries it was going to make, is over.
+    rk.settled(handled + 1.0).await?;
+    let forbidden = "rekindle_reload_attempt_failures_total{reason=\"forbidden\"}";
+    assert_eq!(rk.metric(forbidden).await?, 1.0, "one attempt, not retried");
+    assert_eq!(rk.metric("reloader_retries_total").await?, 0.0);
+    assert_eq!(rk.reloads(false).await?, 1.0, "one failed reload");
+    assert_eq!(rk.reloads(true).await?, 0.0);
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), &ns.name);
+    let fails = wait_for("a ReloadFail Warning Event", TIMEOUT, || async {
+        let list = events
+            .list(&kube::api::ListParams::default().fields("reason=ReloadFail"))
+            .await?;
+        Ok((!list.items.is_empty()).then_some(list.items))
+    })
+    .await?;
+    assert_eq!(fails.len(), 1, "one Event: {fails:?}");
+    assert_eq!(fails[0].type_.as_deref(), Some("Warning"));
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    assert_eq!(
+        e2e::fixtures::generation(&get_json(&deployments, "web").await?),
+        1,
+        "the Deployment is untouched"
+    );
+    rk.stop().await?;
+    for kind in ["ClusterRoleBinding", "ClusterRole"] {
+        let api = dynamic_api(&client, "rbac.authorization.k8s.io/v1", kind, None).await?;
+        api.delete(&user, &Default::default()).await?;
     }
     ns.cleanup().await
 }

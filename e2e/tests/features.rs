@@ -34,8 +34,8 @@ async fn pause_period_holds_the_rollout_and_survives_a_restart() -> Result<()> {
     let ns = TestNamespace::new(&client, "e2e-pause").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
-    apply_value(&client, Some(&ns.name), deployment("web").annotations(json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "6s"})).uses_configmap("app-config").build()).await?;
-    apply_value(&client, Some(&ns.name), deployment("bad").annotations(json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "soon"})).uses_configmap("app-config").build()).await?;
+    deployment("web").annotations(json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "6s"})).uses_configmap("app-config").apply(&client, &ns.name).await?;
+    deployment("bad").annotations(json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "soon"})).uses_configmap("app-config").apply(&client, &ns.name).await?;
     let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
     change_cm(&client, &ns.name, "app-config", "one").await?;
     let paused = wait_for("web to be paused by rekindle", TIMEOUT, || async {
@@ -96,12 +96,11 @@ async fn reload_on_create_and_delete() -> Result<()> {
         },
     )
     .await?;
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("web").auto().uses_configmap("later").build(),
-    )
-    .await?;
+    deployment("web")
+        .auto()
+        .uses_configmap("later")
+        .apply(&client, &ns.name)
+        .await?;
     let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
     let env = |d: &Value| {
         d.pointer("/spec/template/spec/containers/0/env/0/name")
@@ -164,15 +163,11 @@ async fn deleting_a_resource_the_workload_only_names_reloads_it_in_both_strategi
             },
         )
         .await?;
-        apply_value(
-            &client,
-            Some(&ns.name),
-            deployment("web")
-                .annotations(json!({"configmap.reloader.stakater.com/reload": "named"}))
-                .uses_configmap("app-config")
-                .build(),
-        )
-        .await?;
+        deployment("web")
+            .annotations(json!({"configmap.reloader.stakater.com/reload": "named"}))
+            .uses_configmap("app-config")
+            .apply(&client, &ns.name)
+            .await?;
         expect_replica_sets(&client, &ns.name, "web", 1).await?;
         let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
         let generation = |d: &Value| d.pointer("/metadata/generation").and_then(Value::as_i64);
@@ -239,15 +234,11 @@ async fn workloads_outside_the_watched_namespaces_are_untouched() -> Result<()> 
     // rekindle watches only `ns`; a Deployment in `other` is never reloaded.
     let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
     for n in [&ns.name, &other.name] {
-        apply_value(
-            &client,
-            Some(n),
-            deployment("web")
-                .auto()
-                .uses_configmap("app-config")
-                .build(),
-        )
-        .await?;
+        deployment("web")
+            .auto()
+            .uses_configmap("app-config")
+            .apply(&client, n)
+            .await?;
     }
     // The other namespace's change first: were it watched, it would be handled before ours.
     let handled = rk.handled().await?;
@@ -291,15 +282,11 @@ async fn webhook_url_mode_posts_changes_and_touches_no_workload() -> Result<()> 
         },
     )
     .await?;
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("web")
-            .auto()
-            .uses_configmap("app-config")
-            .build(),
-    )
-    .await?;
+    deployment("web")
+        .auto()
+        .uses_configmap("app-config")
+        .apply(&client, &ns.name)
+        .await?;
     rk.wait_indexed(1.0).await?;
     let handled = rk.handled().await?;
     change_cm(&client, &ns.name, "app-config", "notify").await?;
@@ -458,15 +445,11 @@ async fn with_ha_only_the_leader_writes_and_failover_loses_nothing() -> Result<(
         },
     )
     .await?;
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("web")
-            .auto()
-            .uses_configmap("app-config")
-            .build(),
-    )
-    .await?;
+    deployment("web")
+        .auto()
+        .uses_configmap("app-config")
+        .apply(&client, &ns.name)
+        .await?;
     let handled = a.handled().await?;
     change_cm(&client, &ns.name, "app-config", "one").await?;
     wait_replica_sets(&client, &ns.name, "web", 2, "web to roll once").await?;
@@ -544,24 +527,16 @@ async fn namespace_selector_takes_effect_without_restart_and_resource_selector_f
         },
     )
     .await?;
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("web")
-            .auto()
-            .uses_configmap("app-config")
-            .build(),
-    )
-    .await?;
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("other")
-            .auto()
-            .uses_configmap("unlabelled")
-            .build(),
-    )
-    .await?;
+    deployment("web")
+        .auto()
+        .uses_configmap("app-config")
+        .apply(&client, &ns.name)
+        .await?;
+    deployment("other")
+        .auto()
+        .uses_configmap("unlabelled")
+        .apply(&client, &ns.name)
+        .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     // Not selected yet: no reload.
     change_cm(&client, &ns.name, "app-config", "before").await?;
@@ -615,15 +590,11 @@ async fn min_reload_interval_merges_changes_into_one_reload() -> Result<()> {
         },
     )
     .await?;
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("web")
-            .auto()
-            .uses_configmap("app-config")
-            .build(),
-    )
-    .await?;
+    deployment("web")
+        .auto()
+        .uses_configmap("app-config")
+        .apply(&client, &ns.name)
+        .await?;
     change_cm(&client, &ns.name, "app-config", "1").await?;
     wait_replica_sets(&client, &ns.name, "web", 2, "the first reload").await?;
     // Three changes inside the cooldown: one more reload at its end, carrying the last hash.
@@ -647,15 +618,11 @@ async fn absent_markers_are_left_alone_unless_sync_after_restart_replays_them() 
     let ns = TestNamespace::new(&client, "e2e-sync").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
     // Created while no rekindle runs: no marker.
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("web")
-            .auto()
-            .uses_configmap("app-config")
-            .build(),
-    )
-    .await?;
+    deployment("web")
+        .auto()
+        .uses_configmap("app-config")
+        .apply(&client, &ns.name)
+        .await?;
     let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
@@ -706,15 +673,11 @@ async fn alerts_after_a_reload_use_reloaders_slack_payload() -> Result<()> {
         },
     )
     .await?;
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("web")
-            .auto()
-            .uses_configmap("app-config")
-            .build(),
-    )
-    .await?;
+    deployment("web")
+        .auto()
+        .uses_configmap("app-config")
+        .apply(&client, &ns.name)
+        .await?;
     change_cm(&client, &ns.name, "app-config", "alert").await?;
     let (content_type, body) = tokio::time::timeout(TIMEOUT, rx.recv())
         .await?
@@ -757,15 +720,11 @@ async fn kubernetes_namespace_scopes_and_namespaces_to_ignore_applies_cluster_wi
     let b = TestNamespace::new(&client, "e2e-scope-b").await?;
     for ns in [&a, &b] {
         apply_yaml(&client, Some(&ns.name), CM).await?;
-        apply_value(
-            &client,
-            Some(&ns.name),
-            deployment("web")
-                .auto()
-                .uses_configmap("app-config")
-                .build(),
-        )
-        .await?;
+        deployment("web")
+            .auto()
+            .uses_configmap("app-config")
+            .apply(&client, &ns.name)
+            .await?;
     }
     // KUBERNETES_NAMESPACE=a: rekindle acts in a only, and --namespaces-to-ignore (cluster-wide only)
     // is ignored with a warning, so a still reloads.

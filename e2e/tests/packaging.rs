@@ -265,15 +265,11 @@ async fn under_the_charts_rbac_rekindle_reloads_serves_a_rotated_certificate_and
     assert!(sa_cms.get("app-config").await.is_ok(), "reading is granted");
 
     // A reload with exactly the chart's permissions.
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("web")
-            .auto()
-            .uses_configmap("app-config")
-            .build(),
-    )
-    .await?;
+    deployment("web")
+        .auto()
+        .uses_configmap("app-config")
+        .apply(&client, &ns.name)
+        .await?;
     let h1 = wait_for("web stamped", TIMEOUT, || stamped(&client, &ns.name, "web")).await?;
     Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
         .patch(
@@ -317,15 +313,11 @@ async fn under_the_charts_rbac_rekindle_reloads_serves_a_rotated_certificate_and
         "the 100-day certificate replaced the 365-day one ({days} days earlier)"
     );
     // The apiserver still trusts what is served: a new workload is stamped.
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("web2")
-            .auto()
-            .uses_configmap("app-config")
-            .build(),
-    )
-    .await?;
+    deployment("web2")
+        .auto()
+        .uses_configmap("app-config")
+        .apply(&client, &ns.name)
+        .await?;
     assert!(
         stamped(&client, &ns.name, "web2").await?.is_some(),
         "stamped with the new certificate"

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use e2e::fixtures::deployment;
 use e2e::rekindle::{Options, Rekindle};
-use e2e::{admin_client, apply_value, dynamic_api, get_json, wait_for, TestNamespace, TIMEOUT};
+use e2e::{admin_client, dynamic_api, get_json, wait_for, TestNamespace, TIMEOUT};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::Api;
@@ -68,15 +68,11 @@ async fn objects_from_real_clusters_are_admitted_and_stamped_where_possible() ->
             c
         })
         .collect();
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("many")
-            .annotations(auto.clone())
-            .containers(json!(containers))
-            .build(),
-    )
-    .await?;
+    deployment("many")
+        .annotations(auto.clone())
+        .containers(json!(containers))
+        .apply(&client, &ns.name)
+        .await?;
     let d = get_json(&deployments, "many").await?;
     assert_eq!(
         env_of(&d, 150, var),
@@ -89,17 +85,11 @@ async fn objects_from_real_clusters_are_admitted_and_stamped_where_possible() ->
     let env: Vec<Value> = (0..3000)
         .map(|i| json!({"name": format!("VAR_{i}"), "value": format!("value-{i}")}))
         .collect();
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("big-env")
-            .annotations(auto.clone())
-            .containers(
-                json!([{"name": "app", "image": "busybox", "env": env, "envFrom": uses_cm}]),
-            )
-            .build(),
-    )
-    .await?;
+    deployment("big-env")
+        .annotations(auto.clone())
+        .containers(json!([{"name": "app", "image": "busybox", "env": env, "envFrom": uses_cm}]))
+        .apply(&client, &ns.name)
+        .await?;
     let d = get_json(&deployments, "big-env").await?;
     assert_eq!(env_of(&d, 0, var), Some(hash.clone()));
     assert_eq!(
@@ -111,15 +101,11 @@ async fn objects_from_real_clusters_are_admitted_and_stamped_where_possible() ->
     // Metadata annotations 1 KiB short of the limit: the env-var stamp does not touch them.
     let mut annotations = filler(255 * 1024);
     annotations.insert("reloader.stakater.com/auto".into(), json!("true"));
-    apply_value(
-        &client,
-        Some(&ns.name),
-        deployment("big-annotations")
-            .annotations(Value::Object(annotations))
-            .containers(json!([{"name": "app", "image": "busybox", "envFrom": uses_cm}]))
-            .build(),
-    )
-    .await?;
+    deployment("big-annotations")
+        .annotations(Value::Object(annotations))
+        .containers(json!([{"name": "app", "image": "busybox", "envFrom": uses_cm}]))
+        .apply(&client, &ns.name)
+        .await?;
     let d = get_json(&deployments, "big-annotations").await?;
     assert_eq!(env_of(&d, 0, var), Some(hash.clone()));
 
@@ -190,7 +176,7 @@ async fn a_stamp_that_would_break_the_annotation_limit_is_not_made_and_the_creat
     let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
     // Pod-template annotations 40 bytes short of 256 KiB: the annotations-strategy stamp cannot fit.
     let template = Value::Object(filler(256 * 1024 - 40));
-    apply_value(&client, Some(&ns.name), deployment("full").auto().template_annotations(template).containers(json!([{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "cfg"}}]}])).build()).await?;
+    deployment("full").auto().template_annotations(template).containers(json!([{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "cfg"}}]}])).apply(&client, &ns.name).await?;
     let d = get_json(&deployments, "full").await?;
     assert!(
         d.pointer("/spec/template/metadata/annotations/rekindle.io~1config-hashes")
@@ -199,7 +185,7 @@ async fn a_stamp_that_would_break_the_annotation_limit_is_not_made_and_the_creat
     );
     // Room to spare: stamped.
     let template = Value::Object(filler(200 * 1024));
-    apply_value(&client, Some(&ns.name), deployment("roomy").auto().template_annotations(template).containers(json!([{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "cfg"}}]}])).build()).await?;
+    deployment("roomy").auto().template_annotations(template).containers(json!([{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": "cfg"}}]}])).apply(&client, &ns.name).await?;
     let d = get_json(&deployments, "roomy").await?;
     assert!(d
         .pointer("/spec/template/metadata/annotations/rekindle.io~1config-hashes")

@@ -673,18 +673,7 @@ async fn a_dry_run_leaves_no_trace_in_the_index() -> Result<()> {
 async fn ready_is_503_until_the_watches_sync() -> Result<()> {
     let (client, ns) = setup("e2e-ready").await?;
     // An identity without rights: the watches can never list, so rekindle never becomes ready.
-    let pki = e2e::state_dir().join("pki");
-    let status = std::process::Command::new(e2e::root().join("target/debug/certs-gen"))
-        .args(["client", "--out"])
-        .arg(&pki)
-        .args(["--name", "nobody", "--cn", "nobody"])
-        .status()?;
-    assert!(status.success());
-    let kc = std::fs::read_to_string(e2e::state_dir().join("rekindle.kubeconfig"))?
-        .replace("rekindle.crt", "nobody.crt")
-        .replace("rekindle.key", "nobody.key");
-    let path = e2e::state_dir().join(format!("nobody-{}.kubeconfig", ns.name));
-    std::fs::write(&path, kc)?;
+    let path = e2e::user_kubeconfig("nobody", &ns.name)?;
     let mut rk = Rekindle::start(
         &client,
         &[&ns.name],

@@ -28,6 +28,7 @@ use crate::outbound::notify::Notifier;
 use crate::reload::lease::{self, Leadership};
 use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Queue, QueueConfig};
+use crate::reload::warm;
 use crate::reload::writer::Writer;
 use crate::server::admin::{self, Health};
 use crate::server::{bind, tls};
@@ -131,6 +132,8 @@ async fn run(config: Config) -> Result<()> {
         config.metrics_count_by_namespace,
     ));
     let client = client(&config, &metrics).await?;
+    // The writer's own client: its connection pool is not the watches', and stays warm (reload::warm).
+    let write_client = self::client(&config, &metrics).await?;
     let shutdown = CancellationToken::new();
     let health = Arc::new(Health::default());
     let index = Arc::new(Index::new());
@@ -178,7 +181,7 @@ async fn run(config: Config) -> Result<()> {
             Some(url) => Sink::Notify(Notifier::new(url, metrics.clone())?),
             None => Sink::Reload {
                 queue: queue.clone(),
-                pause: PauseReconciler::new(client.clone(), config.plan.policy.keys.clone()),
+                pause: PauseReconciler::new(write_client.clone(), config.plan.policy.keys.clone()),
             },
         },
         metrics: metrics.clone(),
@@ -196,7 +199,19 @@ async fn run(config: Config) -> Result<()> {
             None
         }
         None => {
-            let writer = writer(&config, &client, &index, &queue, &metrics, &leadership)?;
+            let writer = writer(
+                &config,
+                &write_client,
+                &index,
+                &queue,
+                &metrics,
+                &leadership,
+            )?;
+            tokio::spawn(warm::keep_warm(
+                write_client.clone(),
+                warm::INTERVAL,
+                shutdown.clone(),
+            ));
             Some(tokio::spawn(writer.run(shutdown.clone())))
         }
     };

@@ -4,4 +4,5 @@ pub mod error;
 pub mod lease;
 pub mod pause;
 pub mod queue;
+pub mod warm;
 pub mod writer;

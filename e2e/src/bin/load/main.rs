@@ -6,12 +6,14 @@
 //!
 //! S8 (the writer at a fixed pace, with and without a busy writer of the same Deployments, and a
 //! ConfigMap + Secret pair) and S9 (index memory per object) run in both modes; `--only writer` runs
-//! S3 at 1,000 and 5,000 Deployments, S8 and S9 alone and writes bench/results/writer.{json,md}.
+//! S3 at 1,000 and 5,000 Deployments, S8 and S9 alone and writes bench/results/writer.{json,md};
+//! `--only s8` and `--only s9` run one of them (bench/results/s8.* or s9.*).
 //!
 //! Sizes: REKINDLE_BENCH_S9_STEP (10000), REKINDLE_BENCH_S1_PAIRS (100), REKINDLE_BENCH_S1_UPDATES (500), REKINDLE_BENCH_S2_WORKLOADS (500),
 //! REKINDLE_BENCH_S3_WORKLOADS (5000), REKINDLE_BENCH_S4_SECRETS (comma list, 20000),
 //! REKINDLE_BENCH_S5_SECONDS (10), REKINDLE_BENCH_S6_WORKLOADS (10000, 0 skips the full-size S6),
-//! REKINDLE_BENCH_S6_RESOURCES (25000), REKINDLE_BENCH_S7_SECONDS (30). Output: REKINDLE_BENCH_OUT
+//! REKINDLE_BENCH_S6_RESOURCES (25000), REKINDLE_BENCH_S7_SECONDS (30), REKINDLE_BENCH_S8_ROUNDS (3).
+//! Output: REKINDLE_BENCH_OUT
 //! (bench/results).
 
 mod admission;
@@ -906,10 +908,9 @@ async fn main() -> Result<()> {
                 .map(|w| w[1].as_str())
         });
     match only {
-        Some("writer") => return writer_only(&client, s9_step, true).await,
-        Some("s9") => return writer_only(&client, s9_step, false).await,
+        Some(part @ ("writer" | "s8" | "s9")) => return writer_only(&client, s9_step, part).await,
         Some("s6") => return s6_only(&client).await,
-        Some(other) => anyhow::bail!("--only {other}: expected writer, s6 or s9"),
+        Some(other) => anyhow::bail!("--only {other}: expected writer, s6, s8 or s9"),
         None => {}
     }
     let sizes = Sizes {
@@ -1092,9 +1093,10 @@ async fn s6_only(client: &Client) -> Result<()> {
     Ok(())
 }
 
-/// `--only writer`: S3 at two sizes, S8 and S9; bench/results/writer.{json,md}. `--only s9`: S9
-/// alone; bench/results/s9.{json,md}.
-async fn writer_only(client: &Client, s9_step: usize, all: bool) -> Result<()> {
+/// `--only writer`: S3 at two sizes, S8 and S9; bench/results/writer.{json,md}. `--only s8` or
+/// `--only s9`: that one alone; bench/results/s8.{json,md} or s9.{json,md}.
+async fn writer_only(client: &Client, s9_step: usize, name: &str) -> Result<()> {
+    let all = name == "writer";
     let mut s3_runs = Vec::new();
     let mut s8 = Value::Null;
     if all {
@@ -1102,18 +1104,22 @@ async fn writer_only(client: &Client, s9_step: usize, all: bool) -> Result<()> {
             eprintln!("S3 ({n} Deployments) …");
             s3_runs.push(s3(client, n, None).await?);
         }
+    }
+    if all || name == "s8" {
         eprintln!("S8 the writer …");
         s8 = writer::s8(client).await?;
     }
-    eprintln!("S9 index memory …");
-    let s9 = writer::s9(client, s9_step).await?;
+    let mut s9 = Value::Null;
+    if all || name == "s9" {
+        eprintln!("S9 index memory …");
+        s9 = writer::s9(client, s9_step).await?;
+    }
     let version = client.apiserver_version().await?.git_version;
     let report = json!({"kubernetes": version, "s3_needle": s3_runs, "s8_writer": s8, "s9_index_memory": s9});
     let dir = std::env::var_os("REKINDLE_BENCH_OUT")
         .map(PathBuf::from)
         .unwrap_or_else(|| e2e::root().join("bench/results"));
     std::fs::create_dir_all(&dir)?;
-    let name = if all { "writer" } else { "s9" };
     std::fs::write(
         dir.join(format!("{name}.json")),
         serde_json::to_string_pretty(&report)?,

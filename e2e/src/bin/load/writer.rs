@@ -137,7 +137,14 @@ async fn paced(client: &Client, who: Who, rate: f64, updates: usize, busy: bool)
         (after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0))
             / updates as f64
     };
+    // Where in the run the slowest change came (0 = the first change after start).
+    let slowest_at = latencies
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i);
     let mut out = summary(latencies);
+    out["slowest_at"] = json!(slowest_at);
     out["who"] = json!(who.label());
     out["rate_per_s"] = json!(rate);
     out["missed"] = json!(missed);
@@ -173,6 +180,19 @@ async fn paced(client: &Client, who: Who, rate: f64, updates: usize, busy: bool)
             f64::NAN
         });
         out["reloads"] = json!(rk.reloads(true).await?);
+        // rekindle's own PATCHes slower than 25 ms to their response headers (client-go buckets).
+        let body = rk.metrics().await?;
+        let patch_sample = |suffix: &str| -> f64 {
+            body.lines()
+                .filter(|l| l.starts_with(suffix) && l.contains("verb=\"PATCH\""))
+                .filter(|l| !suffix.ends_with("bucket") || l.contains("le=\"0.025\""))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        out["patches_over_25ms"] = json!(
+            patch_sample("rest_client_request_duration_seconds_count")
+                - patch_sample("rest_client_request_duration_seconds_bucket")
+        );
         rk.stop().await?;
     }
     ns.cleanup().await?;
