@@ -86,6 +86,13 @@ pub struct ProcessedLabels {
     pub result: String,
 }
 
+/// Registers each metric under its name and help text: the registrations read as a table.
+macro_rules! register {
+    ($registry:ident, $($name:literal, $help:literal => $metric:expr;)*) => {
+        $($registry.register($name, $help, $metric.clone());)*
+    };
+}
+
 pub struct Metrics {
     pub reload_executed: Family<SuccessLabels, Counter>,
     pub reload_executed_by_namespace: Family<NamespaceLabels, Counter>,
@@ -183,11 +190,37 @@ impl Metrics {
                 .get_or_create(&SuccessLabels { success: s.into() });
         }
         // prometheus-client appends `_total` to counters itself.
-        registry.register(
-            "reloader_reload_executed",
-            "Reloads executed, by success",
-            m.reload_executed.clone(),
-        );
+        register! { registry,
+            "reloader_reload_executed", "Reloads executed, by success" => m.reload_executed;
+            "reloader_action", "Workload actions, by kind and result" => m.action;
+            "reloader_action_latency_seconds", "Time to act on a workload" => m.action_latency;
+            "reloader_skipped", "Skipped reloads, by reason" => m.skipped;
+            "reloader_events_received", "Watch events received" => m.events_received;
+            "rekindle_admission_requests", "Admission requests, by operation and result" => m.admission_requests;
+            "rekindle_admission_duration_seconds", "Admission handling time" => m.admission_duration;
+            "rekindle_reloads_coalesced", "Changes merged into an already queued reload" => m.reloads_coalesced;
+            "rekindle_reload_latency_seconds", "From the watch event of a change to the accepted PATCH" => m.reload_latency;
+            "rekindle_watch_restarts", "Watch streams restarted after an error" => m.watch_restarts;
+            "rekindle_workload_reads", "Workloads read before a reload instead of planned from the index, by reason" => m.workload_reads;
+            "rekindle_reload_attempt_failures", "Failed reload attempts by cause (conflict and transient are retried; forbidden, invalid and render are not)" => m.reload_attempt_failures;
+            "rekindle_admission_lookups", "Resources the index missed at admission and that were read, by result" => m.admission_lookups;
+            "rekindle_errors", "Failures, by kind" => m.errors;
+            "rekindle_invalid_annotations", "Invalid annotations reported as Warning Events" => m.invalid_annotations;
+            "rekindle_leader", "1 while this replica is the one that writes" => m.leader;
+            "rekindle_ready", "1 when every watch has synced" => m.ready;
+            "rekindle_tls_cert_not_after_timestamp_seconds", "Expiry of the webhook certificate being served" => m.tls_cert_not_after;
+            "reloader_reconcile", "Resource changes handled (dependents looked up in the index and queued), by result" => m.reconcile;
+            "reloader_reconcile_duration_seconds", "Time to handle one resource change, by result" => m.reconcile_duration;
+            "reloader_workqueue_adds", "Changes pushed to the reload queue (coalesced ones included)" => m.workqueue_adds;
+            "reloader_workqueue_latency_seconds", "Time a workload waited in the queue (debounce and cooldown included)" => m.workqueue_latency;
+            "reloader_errors", "Failures, by type (the same values as rekindle_errors_total's kind)" => m.errors_by_type;
+            "reloader_retries", "Reload attempts retried after a failure" => m.retries;
+            "reloader_events_processed", "Resource watch events after handling, by type, resource and result" => m.events_processed;
+            "reloader_workloads_scanned", "Index candidates examined for a change, by workload kind (Reloader: every workload listed)" => m.workloads_scanned;
+            "reloader_workloads_matched", "Candidates queued for reload (or notified), by workload kind" => m.workloads_matched;
+            "rest_client_requests", "Requests to the apiserver, by status code, host and method" => m.rest_requests;
+            "rest_client_request_duration_seconds", "Request latency to response headers, by host and verb" => m.rest_duration;
+        }
         if count_by_namespace {
             // A counter; `exposition` keeps Reloader's exact name (no second `_total`).
             registry.register(
@@ -196,142 +229,6 @@ impl Metrics {
                 m.reload_executed_by_namespace.clone(),
             );
         }
-        registry.register(
-            "reloader_action",
-            "Workload actions, by kind and result",
-            m.action.clone(),
-        );
-        registry.register(
-            "reloader_action_latency_seconds",
-            "Time to act on a workload",
-            m.action_latency.clone(),
-        );
-        registry.register(
-            "reloader_skipped",
-            "Skipped reloads, by reason",
-            m.skipped.clone(),
-        );
-        registry.register(
-            "reloader_events_received",
-            "Watch events received",
-            m.events_received.clone(),
-        );
-        registry.register(
-            "rekindle_admission_requests",
-            "Admission requests, by operation and result",
-            m.admission_requests.clone(),
-        );
-        registry.register(
-            "rekindle_admission_duration_seconds",
-            "Admission handling time",
-            m.admission_duration.clone(),
-        );
-        registry.register(
-            "rekindle_reloads_coalesced",
-            "Changes merged into an already queued reload",
-            m.reloads_coalesced.clone(),
-        );
-        registry.register(
-            "rekindle_reload_latency_seconds",
-            "From the watch event of a change to the accepted PATCH",
-            m.reload_latency.clone(),
-        );
-        registry.register(
-            "rekindle_watch_restarts",
-            "Watch streams restarted after an error",
-            m.watch_restarts.clone(),
-        );
-        registry.register(
-            "rekindle_workload_reads",
-            "Workloads read before a reload instead of planned from the index, by reason",
-            m.workload_reads.clone(),
-        );
-        registry.register(
-            "rekindle_reload_attempt_failures",
-            "Failed reload attempts by cause (conflict and transient are retried; forbidden, invalid and render are not)",
-            m.reload_attempt_failures.clone(),
-        );
-        registry.register(
-            "rekindle_admission_lookups",
-            "Resources the index missed at admission and that were read, by result",
-            m.admission_lookups.clone(),
-        );
-        registry.register("rekindle_errors", "Failures, by kind", m.errors.clone());
-        registry.register(
-            "rekindle_invalid_annotations",
-            "Invalid annotations reported as Warning Events",
-            m.invalid_annotations.clone(),
-        );
-        registry.register(
-            "rekindle_leader",
-            "1 while this replica is the one that writes",
-            m.leader.clone(),
-        );
-        registry.register(
-            "rekindle_ready",
-            "1 when every watch has synced",
-            m.ready.clone(),
-        );
-        registry.register(
-            "rekindle_tls_cert_not_after_timestamp_seconds",
-            "Expiry of the webhook certificate being served",
-            m.tls_cert_not_after.clone(),
-        );
-        registry.register(
-            "reloader_reconcile",
-            "Resource changes handled (dependents looked up in the index and queued), by result",
-            m.reconcile.clone(),
-        );
-        registry.register(
-            "reloader_reconcile_duration_seconds",
-            "Time to handle one resource change, by result",
-            m.reconcile_duration.clone(),
-        );
-        registry.register(
-            "reloader_workqueue_adds",
-            "Changes pushed to the reload queue (coalesced ones included)",
-            m.workqueue_adds.clone(),
-        );
-        registry.register(
-            "reloader_workqueue_latency_seconds",
-            "Time a workload waited in the queue (debounce and cooldown included)",
-            m.workqueue_latency.clone(),
-        );
-        registry.register(
-            "reloader_errors",
-            "Failures, by type (the same values as rekindle_errors_total's kind)",
-            m.errors_by_type.clone(),
-        );
-        registry.register(
-            "reloader_retries",
-            "Reload attempts retried after a failure",
-            m.retries.clone(),
-        );
-        registry.register(
-            "reloader_events_processed",
-            "Resource watch events after handling, by type, resource and result",
-            m.events_processed.clone(),
-        );
-        registry.register(
-            "reloader_workloads_scanned",
-            "Index candidates examined for a change, by workload kind (Reloader: every workload listed)",
-            m.workloads_scanned.clone(),
-        );
-        registry.register(
-            "reloader_workloads_matched",
-            "Candidates queued for reload (or notified), by workload kind",
-            m.workloads_matched.clone(),
-        );
-        registry.register(
-            "rest_client_requests",
-            "Requests to the apiserver, by status code, host and method",
-            m.rest_requests.clone(),
-        );
-        registry.register(
-            "rest_client_request_duration_seconds",
-            "Request latency to response headers, by host and verb",
-            m.rest_duration.clone(),
-        );
         registry.register_collector(Box::new(process::ProcessCollector));
         registry.register(
             "rekindle_build",
