@@ -117,6 +117,13 @@ pub async fn http_get_accept(port: u16, path: &str, accept: Option<&str>) -> Res
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
+/// The value of one sample (exact series text) in a `/metrics` body, 0 when absent.
+fn sample(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 impl Rekindle {
     pub async fn start(client: &Client, namespaces: &[&str], options: Options<'_>) -> Result<Self> {
         let registration = format!(
@@ -330,14 +337,7 @@ impl Rekindle {
 
     /// The value of one metric sample (exact series text), 0 when absent.
     pub async fn metric(&self, series: &str) -> Result<f64> {
-        let body = self.metrics().await?;
-        Ok(body
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix(series)
-                    .and_then(|rest| rest.trim().parse().ok())
-            })
-            .unwrap_or(0.0))
+        Ok(sample(&self.metrics().await?, series))
     }
 
     /// The sum of every sample of one metric family (all label sets), 0 when absent.
@@ -375,20 +375,16 @@ impl Rekindle {
                     return Ok(None);
                 }
                 let body = self.metrics().await?;
-                let sample = |series: &str| {
-                    body.lines()
-                        .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
-                        .unwrap_or(0.0)
-                };
-                let idle = sample("rekindle_queue_depth ") == 0.0
-                    && sample("rekindle_reloads_in_flight ") == 0.0;
+                let idle = sample(&body, "rekindle_queue_depth ") == 0.0
+                    && sample(&body, "rekindle_reloads_in_flight ") == 0.0;
                 Ok(idle.then_some(()))
             },
         )
         .await
     }
 
-    /// Waits until the index holds at least `workloads` workloads (seen by the watch or admitted).
+    /// Waits until the index holds at least `workloads` workloads confirmed by the workload watch
+    /// (admission records alone do not count).
     pub async fn wait_indexed(&self, workloads: f64) -> Result<()> {
         crate::wait_for(
             &format!("rekindle to index {workloads} workloads"),

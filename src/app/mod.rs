@@ -63,7 +63,9 @@ fn init_logging(config: &Config) {
     };
 }
 
-async fn client(config: &Config, metrics: &Metrics) -> Result<Client> {
+/// Two clients from one read of the kubeconfig: one for the watches and everything else, and the
+/// writer's own, whose connection pool the watches do not hold (reload::warm keeps it open).
+async fn clients(config: &Config, metrics: &Metrics) -> Result<(Client, Client)> {
     let kube_config = match &config.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -80,9 +82,12 @@ async fn client(config: &Config, metrics: &Metrics) -> Result<Client> {
         .map(|a| a.to_string())
         .unwrap_or_default();
     let layer = metrics.rest_layer(host);
-    Ok(kube::client::ClientBuilder::try_from(kube_config)?
-        .with_layer(&layer)
-        .build())
+    let build = |c: kube::Config| -> Result<Client> {
+        Ok(kube::client::ClientBuilder::try_from(c)?
+            .with_layer(&layer)
+            .build())
+    };
+    Ok((build(kube_config.clone())?, build(kube_config)?))
 }
 
 /// `--streaming-lists`: as given, or (auto) whether the apiserver is 1.34 or later, where it streams
@@ -131,9 +136,7 @@ async fn run(config: Config) -> Result<()> {
         &mut registry,
         config.metrics_count_by_namespace,
     ));
-    let client = client(&config, &metrics).await?;
-    // The writer's own client: its connection pool is not the watches', and stays warm (reload::warm).
-    let write_client = self::client(&config, &metrics).await?;
+    let (client, write_client) = clients(&config, &metrics).await?;
     let shutdown = CancellationToken::new();
     let health = Arc::new(Health::default());
     let index = Arc::new(Index::new());
