@@ -537,13 +537,16 @@ impl Index {
         self.read().workloads.get(key).cloned()
     }
 
-    /// Workloads whose marker for a resource differs from the resource's current hash (catch-up, §10).
-    /// Absent markers are left alone.
-    pub fn stale_markers(&self) -> Vec<(WorkloadKey, ResourceRef)> {
+    /// Workloads whose marker for a resource differs from the resource's current hash (catch-up, §10),
+    /// among the workloads whose every marker is for a resource of one of `kinds`: a catch-up of some
+    /// kinds leaves a workload that also has markers of others to the catch-up of all, so that it is
+    /// reloaded once. Absent markers are left alone.
+    pub fn stale_markers(&self, kinds: &[ResourceKind]) -> Vec<(WorkloadKey, ResourceRef)> {
         let state = self.read();
         let mut out: Vec<_> = state
             .workloads
             .iter()
+            .filter(|(_, entry)| entry.markers().all(|(r, _)| kinds.contains(&r.kind)))
             .flat_map(|(key, entry)| {
                 state
                     .stale_refs(key, entry)
@@ -925,7 +928,7 @@ mod tests {
         index.update_resource(&cm_key("ns", "cfg"), entry("new"));
         // Only the workload whose marker differs; the one without a marker is left alone.
         assert_eq!(
-            index.stale_markers(),
+            index.stale_markers(&ResourceKind::ALL),
             vec![(
                 a,
                 ResourceRef {
@@ -937,5 +940,40 @@ mod tests {
         // The workload without a marker is what --sync-after-restart replays.
         assert_eq!(index.absent_markers().len(), 1);
         assert_eq!(index.absent_markers()[0].0.name, "c");
+    }
+
+    #[test]
+    fn a_catch_up_of_one_kind_leaves_workloads_with_markers_of_others_to_the_full_one() {
+        let index = Index::new();
+        let (a, ea) = mk_deploy("ns", "a", "cfg", Some("old"));
+        index.apply_workload(a.clone(), ea);
+        let both = WorkloadKey {
+            name: "both".into(),
+            ..a.clone()
+        };
+        let obj = json!({"metadata": {"name": "both", "namespace": "ns",
+                "annotations": {"reloader.stakater.com/auto": "true"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "app",
+                "envFrom": [{"configMapRef": {"name": "cfg"}}, {"secretRef": {"name": "pw"}}],
+                "env": [{"name": "STAKATER_CFG_CONFIGMAP", "value": "old"},
+                        {"name": "STAKATER_PW_SECRET", "value": "old"}]}]}}}});
+        index.apply_workload(
+            both.clone(),
+            WorkloadEntry::from_object(&cfg(), &obj, WorkloadKind::Deployment),
+        );
+        index.update_resource(&cm_key("ns", "cfg"), entry("new"));
+        let names = |stale: Vec<(WorkloadKey, ResourceRef)>| -> Vec<String> {
+            stale.into_iter().map(|(w, _)| w.name).collect()
+        };
+        // ConfigMaps listed, Secrets not yet: the workload that also has a Secret's marker waits, even
+        // though only its ConfigMap's marker is stale so far.
+        assert_eq!(
+            names(index.stale_markers(&[ResourceKind::ConfigMap])),
+            ["a"]
+        );
+        assert_eq!(
+            names(index.stale_markers(&ResourceKind::ALL)),
+            ["a", "both"]
+        );
     }
 }

@@ -108,7 +108,21 @@ pub fn user_kubeconfig(user: &str, tag: &str) -> Result<PathBuf> {
 }
 
 /// Polls `check` until it yields `Some`, failing with a message naming what it waited for.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    wait_for_every(what, timeout, Duration::from_millis(200), check).await
+}
+
+/// [`wait_for`], checking every `interval`.
+pub async fn wait_for_every<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    interval: Duration,
+    mut check: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>>>,
@@ -127,7 +141,7 @@ where
                 .unwrap_or_default();
             bail!("timed out after {timeout:?} waiting for {what}{detail}");
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(interval).await;
     }
 }
 

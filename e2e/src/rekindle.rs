@@ -15,7 +15,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use tokio::process::{Child, Command};
 
-use crate::{rekindle_binary, state_dir, wait_for};
+use crate::{rekindle_binary, state_dir, wait_for, wait_for_every};
 
 /// What Prometheus sends when it scrapes.
 pub const OPENMETRICS_ACCEPT: &str =
@@ -266,10 +266,22 @@ impl Rekindle {
 
     /// Waits for /ready, then (with the webhook on) for the apiserver to reach the webhook.
     pub async fn wait_ready(&self) -> Result<()> {
+        self.wait_ready_every(Duration::from_millis(200)).await
+    }
+
+    /// [`Rekindle::wait_ready`], asking `/ready` every `interval` (a benchmark timing start-up polls
+    /// finely).
+    pub async fn wait_ready_every(&self, interval: Duration) -> Result<()> {
         let port = self.admin_port;
-        wait_for("rekindle /ready to answer 200", Duration::from_secs(30), || async move {
+        let ready = || async move {
             Ok(matches!(http_get(port, "/ready").await, Ok((200, _))).then_some(()))
-        })
+        };
+        wait_for_every(
+            "rekindle /ready to answer 200",
+            Duration::from_secs(30),
+            interval,
+            ready,
+        )
         .await
         .with_context(|| format!("see {}", self.log.display()))?;
         if !self.webhook {

@@ -32,7 +32,7 @@ use crate::reload::warm;
 use crate::reload::writer::Writer;
 use crate::server::admin::{self, Health};
 use crate::server::{bind, tls};
-use crate::watch::{self, Ctx, ReadyTracker, Sink};
+use crate::watch::{self, Ctx, ReadyTracker, Sink, WatchPart};
 
 /// ConfigMaps and Secrets per list page at start-up and re-list.
 const RESOURCE_LIST_PAGE: u32 = 100;
@@ -440,7 +440,7 @@ fn spawn_watches(
     };
     let mut watches = Vec::new();
     if scope.selector().is_some() {
-        ready.expect("namespaces");
+        ready.expect("namespaces", WatchPart::Scope);
         watches.push(tokio::spawn(watch::namespaces(client.clone(), ctx.clone())));
     }
     for ns in &namespaces {
@@ -450,7 +450,10 @@ fn spawn_watches(
                 Some(n) => Api::namespaced(client.clone(), n),
                 None => Api::all(client.clone()),
             };
-            ready.expect(&format!("configmaps/{star}"));
+            ready.expect(
+                &format!("configmaps/{star}"),
+                WatchPart::Resources(ResourceKind::ConfigMap),
+            );
             watches.push(tokio::spawn(watch::resources(
                 api,
                 label_config(watcher::Config::default()),
@@ -468,7 +471,10 @@ fn spawn_watches(
             };
             // Helm release blobs are large and never mounted: keep them out of the watch.
             let wc = label_config(watcher::Config::default().fields("type!=helm.sh/release.v1"));
-            ready.expect(&format!("secrets/{star}"));
+            ready.expect(
+                &format!("secrets/{star}"),
+                WatchPart::Resources(ResourceKind::Secret),
+            );
             watches.push(tokio::spawn(watch::resources(
                 api,
                 wc,
@@ -505,7 +511,7 @@ fn spawn_watches(
             )));
         }
         for kind in builtin {
-            ready.expect(&format!("{}/{star}", kind.name()));
+            ready.expect(&format!("{}/{star}", kind.name()), WatchPart::Workloads);
             watches.push(tokio::spawn(watch::workloads(
                 client.clone(),
                 *kind,

@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use super::driver::{self, Handler, WatchName};
-use super::{wait_for_api, Changed, Ctx, Sink};
+use super::{wait_for_api, Changed, Ctx, Sink, WatchPart};
 use crate::core::kinds::csi;
 use crate::core::plan::{Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
@@ -270,8 +270,10 @@ pub async fn optional_workloads(
 ) {
     wait_for_api(&client, &kind.api_resource()).await;
     tracing::info!(kind = %kind, "optional API served; watching it");
-    ctx.ready
-        .expect(&watch_name(kind.name(), namespace.as_deref()));
+    ctx.ready.expect(
+        &watch_name(kind.name(), namespace.as_deref()),
+        WatchPart::Workloads,
+    );
     workloads(client, kind, namespace, ctx).await;
 }
 

@@ -6,13 +6,12 @@
 mod driver;
 mod handlers;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use kube::discovery::ApiResource;
 use kube::runtime::watcher;
 use kube::Client;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use handlers::{namespaces, optional_workloads, resources, spcps, spcs, workloads};
@@ -28,6 +27,28 @@ use crate::outbound::notify::Notifier;
 use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Pushed, Queue};
 
+/// What a watch contributes to the first sync, for the catch-up that compares markers with hashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchPart {
+    /// The namespace watch of `--namespace-selector`: which namespaces are in scope.
+    Scope,
+    /// A workload watch: the markers.
+    Workloads,
+    /// A watch of one kind of resource: its current hashes.
+    Resources(ResourceKind),
+}
+
+/// How far the first sync is: what the housekeeping's catch-up may compare yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncProgress {
+    /// Kinds whose markers can be compared before everything has synced: every watch of the kind, every
+    /// workload watch and the scope have synced. ConfigMaps and Secrets only (the CSI watches are
+    /// not waited for).
+    pub comparable: Vec<ResourceKind>,
+    /// Every watch of the start-up has synced: ready.
+    pub all: bool,
+}
+
 /// Counts watches that finished their first list; ready when all have. Watches register with
 /// [`ReadyTracker::expect`] and the start-up code [`ReadyTracker::seal`]s the set once every watch is
 /// registered: a watch that syncs before the others are registered must not make the process ready.
@@ -35,13 +56,30 @@ pub struct ReadyTracker {
     state: Mutex<Expected>,
     /// Called once when ready (the admin server's readiness).
     on_ready: Box<dyn Fn() + Send + Sync>,
-    pub all_synced: Notify,
+    progress: tokio::sync::watch::Sender<SyncProgress>,
 }
 
 #[derive(Default)]
 struct Expected {
-    pending: HashSet<String>,
+    pending: HashMap<String, WatchPart>,
     sealed: bool,
+}
+
+impl Expected {
+    fn progress(&self) -> SyncProgress {
+        if !self.sealed {
+            return SyncProgress::default();
+        }
+        let waiting = |part: WatchPart| self.pending.values().any(|p| *p == part);
+        let base_synced = !waiting(WatchPart::Scope) && !waiting(WatchPart::Workloads);
+        SyncProgress {
+            comparable: [ResourceKind::ConfigMap, ResourceKind::Secret]
+                .into_iter()
+                .filter(|k| base_synced && !waiting(WatchPart::Resources(*k)))
+                .collect(),
+            all: self.pending.is_empty(),
+        }
+    }
 }
 
 impl ReadyTracker {
@@ -49,12 +87,12 @@ impl ReadyTracker {
         Arc::new(Self {
             state: Mutex::default(),
             on_ready: Box::new(on_ready),
-            all_synced: Notify::new(),
+            progress: tokio::sync::watch::Sender::new(SyncProgress::default()),
         })
     }
 
-    pub fn expect(&self, name: &str) {
-        self.lock().pending.insert(name.to_string());
+    pub fn expect(&self, name: &str, part: WatchPart) {
+        self.lock().pending.insert(name.to_string(), part);
     }
 
     /// Every watch of the start-up is registered: ready as soon as (or if already) all have synced.
@@ -62,26 +100,41 @@ impl ReadyTracker {
     pub fn seal(&self) {
         let mut state = self.lock();
         state.sealed = true;
-        if state.pending.is_empty() {
-            self.fire();
+        self.publish(&state);
+    }
+
+    pub(crate) fn synced(&self, name: &str) {
+        let mut state = self.lock();
+        if state.pending.remove(name).is_some() {
+            self.publish(&state);
         }
     }
 
-    fn synced(&self, name: &str) {
-        let mut state = self.lock();
-        if state.pending.remove(name) && state.pending.is_empty() && state.sealed {
-            self.fire();
-        }
+    /// The first sync's progress, as it happens.
+    pub fn progress(&self) -> tokio::sync::watch::Receiver<SyncProgress> {
+        self.progress.subscribe()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Expected> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn fire(&self) {
-        (self.on_ready)();
-        self.all_synced.notify_waiters();
-        self.all_synced.notify_one();
+    /// Publishes the progress once sealed; the first time everything has synced, the process is ready.
+    /// Once all has been published, later watches (an optional API appearing) change nothing.
+    fn publish(&self, state: &Expected) {
+        if self.progress.borrow().all {
+            return;
+        }
+        let progress = state.progress();
+        let ready = progress.all;
+        self.progress.send_if_modified(|p| {
+            let changed = *p != progress;
+            *p = progress;
+            changed
+        });
+        if ready {
+            (self.on_ready)();
+        }
     }
 }
 
@@ -267,28 +320,90 @@ mod tests {
             let health = health.clone();
             move || health.set_ready(true)
         });
-        tracker.expect("configmaps/a");
+        let cms = WatchPart::Resources(ResourceKind::ConfigMap);
+        tracker.expect("configmaps/a", cms);
         // The first watch syncs before the second one registered: not ready.
         tracker.synced("configmaps/a");
         assert!(!health.is_ready());
-        tracker.expect("secrets/a");
+        tracker.expect("secrets/a", WatchPart::Resources(ResourceKind::Secret));
         tracker.seal();
         assert!(!health.is_ready());
         tracker.synced("secrets/a");
         assert!(health.is_ready());
+        assert!(tracker.progress().borrow().all);
         // An optional API appearing later does not take readiness away.
-        tracker.expect("Rollout/a");
+        tracker.expect("Rollout/a", WatchPart::Workloads);
         assert!(health.is_ready());
+        assert!(tracker.progress().borrow().all);
 
         let quick_health = Arc::new(Health::default());
         let quick = ReadyTracker::new({
             let health = quick_health.clone();
             move || health.set_ready(true)
         });
-        quick.expect("configmaps/*");
+        quick.expect("configmaps/*", cms);
         quick.synced("configmaps/*");
         assert!(!quick_health.is_ready());
         quick.seal();
         assert!(quick_health.is_ready());
+    }
+
+    #[test]
+    fn a_kind_is_comparable_once_its_watches_the_workloads_and_the_scope_synced() {
+        let tracker = ReadyTracker::new(|| {});
+        let progress = tracker.progress();
+        let comparable = || progress.borrow().comparable.clone();
+        tracker.expect("namespaces", WatchPart::Scope);
+        for ns in ["a", "b"] {
+            tracker.expect(
+                &format!("configmaps/{ns}"),
+                WatchPart::Resources(ResourceKind::ConfigMap),
+            );
+            tracker.expect(
+                &format!("secrets/{ns}"),
+                WatchPart::Resources(ResourceKind::Secret),
+            );
+            tracker.expect(&format!("Deployment/{ns}"), WatchPart::Workloads);
+        }
+        tracker.synced("configmaps/a");
+        tracker.synced("configmaps/b");
+        tracker.synced("Deployment/a");
+        tracker.synced("Deployment/b");
+        // Not sealed: more watches may come.
+        assert!(comparable().is_empty());
+        tracker.seal();
+        // The scope is not known yet.
+        assert!(comparable().is_empty());
+        tracker.synced("namespaces");
+        assert_eq!(comparable(), [ResourceKind::ConfigMap]);
+        tracker.synced("secrets/a");
+        assert_eq!(comparable(), [ResourceKind::ConfigMap]);
+        assert!(!progress.borrow().all);
+        tracker.synced("secrets/b");
+        assert_eq!(
+            comparable(),
+            [ResourceKind::ConfigMap, ResourceKind::Secret]
+        );
+        assert!(progress.borrow().all);
+    }
+
+    #[test]
+    fn nothing_is_comparable_while_a_workload_watch_lists() {
+        let tracker = ReadyTracker::new(|| {});
+        tracker.expect(
+            "configmaps/*",
+            WatchPart::Resources(ResourceKind::ConfigMap),
+        );
+        tracker.expect("Deployment/*", WatchPart::Workloads);
+        tracker.expect("StatefulSet/*", WatchPart::Workloads);
+        tracker.seal();
+        tracker.synced("configmaps/*");
+        tracker.synced("Deployment/*");
+        assert!(tracker.progress().borrow().comparable.is_empty());
+        tracker.synced("StatefulSet/*");
+        assert_eq!(
+            tracker.progress().borrow().comparable,
+            [ResourceKind::ConfigMap, ResourceKind::Secret]
+        );
     }
 }

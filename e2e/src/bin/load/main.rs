@@ -667,7 +667,7 @@ async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> Resul
 
 /// S4 + S6: memory against the bytes of data watched, and start-up time to /ready.
 async fn s4(client: &Client, secrets: usize, configmaps: usize, workloads: usize) -> Result<Value> {
-    s4_with(client, secrets, configmaps, workloads, &[]).await
+    s4_with(client, secrets, configmaps, workloads, &[], 1).await
 }
 
 /// S4/S6 with extra rekindle flags (an A/B of one setting).
@@ -677,6 +677,7 @@ async fn s4_with(
     configmaps: usize,
     workloads: usize,
     args: &[&str],
+    starts: usize,
 ) -> Result<Value> {
     use k8s_openapi::api::core::v1::Secret;
     let ns = TestNamespace::new(client, "bench-s4").await?;
@@ -708,50 +709,73 @@ async fn s4_with(
     let mut rx = template_watch(client, &ns.name);
     tokio::time::sleep(Duration::from_secs(2)).await;
     while rx.try_recv().is_ok() {}
-    let started = Instant::now();
-    let rk = Rekindle::start(
-        client,
-        &[&ns.name],
-        Options {
-            webhook: false,
-            wait_ready: false,
-            args,
-            ..Default::default()
-        },
-    )
-    .await?;
-    // A change made while rekindle starts: when is it reloaded, against when /ready answers?
-    let changed = cms
-        .patch(
-            "cm-0",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"data": {"v": "during-start-up"}})),
+    // Start-up is timed `starts` times over the same objects (the median is reported); memory after
+    // changes is measured in the first start only.
+    let mut runs = Vec::new();
+    let (mut rss_synced, mut rss_after) = (0, 0);
+    for start in 0..starts.max(1) {
+        let started = Instant::now();
+        let rk = Rekindle::start(
+            client,
+            &[&ns.name],
+            Options {
+                webhook: false,
+                wait_ready: false,
+                args,
+                ..Default::default()
+            },
         )
         .await?;
-    let want = rekindle::core::hash::configmap_hash_typed(&changed);
-    rk.wait_ready().await?;
-    let startup_s = started.elapsed().as_secs_f64();
-    let first_reload_s = seen(&mut rx, "d-0", &want, Duration::from_secs(60))
-        .await
-        .map(|at| at.saturating_duration_since(started).as_secs_f64());
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let rss_synced = rk.rss_bytes().unwrap_or(0);
-    for c in 0..1000usize {
-        let i = (c * 7919) % workloads;
-        cms.patch(
-            &format!("cm-{i}"),
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"data": {"v": format!("m{c}")}})),
-        )
-        .await?;
+        // A change made while rekindle starts: when is it reloaded, against when /ready answers?
+        let changed = cms
+            .patch(
+                "cm-0",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"data": {"v": format!("during-start-up-{start}")}})),
+            )
+            .await?;
+        let want = rekindle::core::hash::configmap_hash_typed(&changed);
+        rk.wait_ready_every(Duration::from_millis(10)).await?;
+        let startup_s = started.elapsed().as_secs_f64();
+        let cpu_s = rk.cpu_seconds();
+        let first_reload_s = seen(&mut rx, "d-0", &want, Duration::from_secs(60))
+            .await
+            .map(|at| at.saturating_duration_since(started).as_secs_f64());
+        runs.push(
+            json!({"startup_to_ready_s": startup_s, "first_reload_after_start_s": first_reload_s,
+            "cpu_to_ready_s": cpu_s}),
+        );
+        if start > 0 {
+            rk.stop().await?;
+            continue;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        rss_synced = rk.rss_bytes().unwrap_or(0);
+        for c in 0..1000usize {
+            let i = (c * 7919) % workloads;
+            cms.patch(
+                &format!("cm-{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"data": {"v": format!("m{c}")}})),
+            )
+            .await?;
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        rss_after = rk.rss_bytes().unwrap_or(0);
+        rk.stop().await?;
+        // The reloads of the changes above, so that the next start finds nothing stale but cm-0.
+        while rx.try_recv().is_ok() {}
     }
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let rss_after = rk.rss_bytes().unwrap_or(0);
-    rk.stop().await?;
     ns.cleanup().await?;
+    let median = |field: &str| {
+        let mut v: Vec<f64> = runs.iter().filter_map(|r| r[field].as_f64()).collect();
+        v.sort_by(f64::total_cmp);
+        (!v.is_empty()).then(|| percentile(&v, 0.5))
+    };
     Ok(
         json!({"secrets": secrets, "configmaps": configmaps.max(workloads), "workloads": workloads, "data_bytes": data_bytes,
-        "startup_to_ready_s": startup_s, "first_reload_after_start_s": first_reload_s,
+        "startup_to_ready_s": median("startup_to_ready_s"), "first_reload_after_start_s": median("first_reload_after_start_s"),
+        "cpu_to_ready_s": median("cpu_to_ready_s"), "starts": runs,
         "rss_after_sync_bytes": rss_synced, "rss_after_changes_bytes": rss_after}),
     )
 }
@@ -1047,7 +1071,8 @@ async fn s6_only(client: &Client) -> Result<()> {
     let workloads = env_usize("REKINDLE_BENCH_S6_WORKLOADS", 10_000);
     let resources = env_usize("REKINDLE_BENCH_S6_RESOURCES", 25_000);
     let secrets = resources.saturating_sub(workloads);
-    eprintln!("S6 ({workloads} Deployments, {workloads} ConfigMaps, {secrets} Secrets) …");
+    let starts = env_usize("REKINDLE_BENCH_S6_STARTS", 3);
+    eprintln!("S6 ({workloads} Deployments, {workloads} ConfigMaps, {secrets} Secrets, {starts} starts) …");
     // Streaming lists (the default on this apiserver) against pages, one after the other.
     let mut runs = Vec::new();
     for (label, args) in [
@@ -1055,7 +1080,7 @@ async fn s6_only(client: &Client) -> Result<()> {
         ("paged lists", &["--streaming-lists=false"][..]),
     ] {
         eprintln!("S6 with {label} …");
-        let mut r = s4_with(client, secrets, workloads, workloads, args).await?;
+        let mut r = s4_with(client, secrets, workloads, workloads, args, starts).await?;
         r["lists"] = json!(label);
         runs.push(r);
     }
@@ -1065,28 +1090,38 @@ async fn s6_only(client: &Client) -> Result<()> {
         .unwrap_or_else(|| e2e::root().join("bench/results"));
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("s6.json"), serde_json::to_string_pretty(&runs)?)?;
+    let secs = |v: &Value| {
+        v.as_f64()
+            .map(|v| format!("{v:.2}"))
+            .unwrap_or_else(|| "—".into())
+    };
     let mut md = format!(
-        "# S6 start-up at full size\n\n{} Deployments (one replica each) each with its ConfigMap, and {} Secrets of 8 KiB ({:.1} MiB watched): process start to `/ready` in {:.2} s, first reload of a change made at start {}; RSS {:.1} MiB after sync, {:.1} MiB after 1,000 changes. `just bench-load --only s6`.\n",
-        r["workloads"], r["secrets"], f(&r["data_bytes"]) / 1048576.0, f(&r["startup_to_ready_s"]),
-        match r["first_reload_after_start_s"].as_f64() {
-            Some(v) => format!("{v:.2} s after start"),
-            None => "not measured".into(),
-        },
+        "# S6 start-up at full size\n\n{} Deployments (one replica each) each with its ConfigMap, and {} Secrets of 8 KiB ({:.1} MiB watched), started {starts} times over the same objects (medians): process start to `/ready` in {} s, first reload of a change made at start {} s after start; RSS {:.1} MiB after sync, {:.1} MiB after 1,000 changes (first start). `just bench-load --only s6`.\n",
+        r["workloads"], r["secrets"], f(&r["data_bytes"]) / 1048576.0, secs(&r["startup_to_ready_s"]),
+        secs(&r["first_reload_after_start_s"]),
         f(&r["rss_after_sync_bytes"]) / 1048576.0, f(&r["rss_after_changes_bytes"]) / 1048576.0
     );
-    md += "\n| lists | start-up to /ready s | change made at start reloaded after s | RSS after sync MiB | RSS after 1,000 changes MiB |\n|---|---|---|---|---|\n";
+    md += "\n| lists | start-up to /ready s | change made at start reloaded after s | rekindle CPU to /ready s | RSS after sync MiB | RSS after 1,000 changes MiB |\n|---|---|---|---|---|---|\n";
     for r in &runs {
         md += &format!(
-            "| {} | {:.2} | {} | {:.1} | {:.1} |\n",
+            "| {}, median | {} | {} | {} | {:.1} | {:.1} |\n",
             r["lists"].as_str().unwrap_or(""),
-            f(&r["startup_to_ready_s"]),
-            r["first_reload_after_start_s"]
-                .as_f64()
-                .map(|v| format!("{v:.2}"))
-                .unwrap_or_else(|| "—".into()),
+            secs(&r["startup_to_ready_s"]),
+            secs(&r["first_reload_after_start_s"]),
+            secs(&r["cpu_to_ready_s"]),
             f(&r["rss_after_sync_bytes"]) / 1048576.0,
             f(&r["rss_after_changes_bytes"]) / 1048576.0
         );
+        for (i, start) in r["starts"].as_array().into_iter().flatten().enumerate() {
+            md += &format!(
+                "| {}, start {} | {} | {} | {} | | |\n",
+                r["lists"].as_str().unwrap_or(""),
+                i + 1,
+                secs(&start["startup_to_ready_s"]),
+                secs(&start["first_reload_after_start_s"]),
+                secs(&start["cpu_to_ready_s"]),
+            );
+        }
     }
     std::fs::write(dir.join("s6.md"), &md)?;
     println!("{md}");
