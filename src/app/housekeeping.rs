@@ -65,7 +65,6 @@ impl Housekeeping {
                 }
                 _ = leader_check.tick() => {
                     let leading = self.leadership.is_leader();
-                    self.metrics.leader.set(i64::from(leading));
                     // A new leader catches up at once: failover loses nothing.
                     if leading && !was_leader {
                         self.catch_up(&ResourceKind::ALL, &HashSet::new());

@@ -149,9 +149,11 @@ async fn run(config: Config) -> Result<()> {
         })
         .counting_adds(metrics.workqueue_adds.clone()),
     );
+    let (leadership, election) = leadership(&config, &client, &shutdown);
     registry.register_collector(Box::new(sizes::SizesCollector {
         index: index.clone(),
         queue: queue.clone(),
+        leadership: leadership.clone(),
     }));
     let registry = Arc::new(registry);
     let ready = ReadyTracker::new({
@@ -159,7 +161,6 @@ async fn run(config: Config) -> Result<()> {
         move || health.set_ready(true)
     });
     let (builtin, optional) = workload_kinds(&config);
-    let (leadership, election) = leadership(&config, &client, &shutdown);
 
     // Admin server first, so probes answer (503) while the watches sync.
     let admin_task = serve_admin(&config, health.clone(), registry, &shutdown).await?;

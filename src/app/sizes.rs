@@ -1,4 +1,5 @@
-//! What the index and the reload queue hold, read at scrape time (no gauge to keep in step).
+//! What the index and the reload queue hold, and whether this replica leads, read at scrape time (no
+//! gauge to keep in step).
 
 use std::sync::Arc;
 
@@ -7,11 +8,13 @@ use prometheus_client::encoding::DescriptorEncoder;
 
 use crate::index::Index;
 use crate::metrics::process::encode_gauges;
+use crate::reload::lease::Leadership;
 use crate::reload::queue::Queue;
 
 pub struct SizesCollector {
     pub index: Arc<Index>,
     pub queue: Arc<Queue>,
+    pub leadership: Leadership,
 }
 
 impl std::fmt::Debug for SizesCollector {
@@ -56,6 +59,11 @@ impl Collector for SizesCollector {
                 "Workloads being written by the reload writer",
                 in_flight,
             ),
+            (
+                "rekindle_leader",
+                "1 while this replica is the one that writes",
+                i64::from(self.leadership.is_leader()),
+            ),
         ];
         encode_gauges(&mut encoder, series)
     }
@@ -80,9 +88,11 @@ mod tests {
             min_interval: Default::default(),
         }));
         let mut registry = Registry::default();
+        let (leading, leadership) = tokio::sync::watch::channel(false);
         registry.register_collector(Box::new(SizesCollector {
             index: index.clone(),
             queue: queue.clone(),
+            leadership: Leadership::from_channel(leadership),
         }));
         let scrape = || {
             let mut out = String::new();
@@ -130,6 +140,9 @@ mod tests {
         let (key, _) = queue.next().await;
         has(&["rekindle_queue_depth 0\n", "rekindle_reloads_in_flight 1\n"]);
         queue.done(&key, true);
-        has(&["rekindle_reloads_in_flight 0\n"]);
+        has(&["rekindle_reloads_in_flight 0\n", "rekindle_leader 0\n"]);
+        // Leadership as of the scrape, not of a poll.
+        leading.send(true).unwrap();
+        has(&["rekindle_leader 1\n"]);
     }
 }

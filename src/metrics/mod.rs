@@ -112,7 +112,6 @@ pub struct Metrics {
     pub errors: Family<ErrorLabels, Counter>,
     pub invalid_annotations: Counter,
     pub ready: Gauge,
-    pub leader: Gauge,
     pub tls_cert_not_after: Gauge,
     pub reconcile: Family<ResultLabels, Counter>,
     pub reconcile_duration: Family<ResultLabels, Histogram>,
@@ -167,7 +166,6 @@ impl Metrics {
             errors: Family::default(),
             invalid_annotations: Counter::default(),
             ready: Gauge::default(),
-            leader: Gauge::default(),
             tls_cert_not_after: Gauge::default(),
             reconcile: Family::default(),
             reconcile_duration: Family::new_with_constructor(reconcile_buckets),
@@ -206,7 +204,6 @@ impl Metrics {
             "rekindle_admission_lookups", "Resources the index missed at admission and that were read, by result" => m.admission_lookups;
             "rekindle_errors", "Failures, by kind" => m.errors;
             "rekindle_invalid_annotations", "Invalid annotations reported as Warning Events" => m.invalid_annotations;
-            "rekindle_leader", "1 while this replica is the one that writes" => m.leader;
             "rekindle_ready", "1 when every watch has synced" => m.ready;
             "rekindle_tls_cert_not_after_timestamp_seconds", "Expiry of the webhook certificate being served" => m.tls_cert_not_after;
             "reloader_reconcile", "Resource changes handled (dependents looked up in the index and queued), by result" => m.reconcile;

@@ -38,6 +38,12 @@ impl Leadership {
         Self(rx)
     }
 
+    /// Leadership as a test sets it.
+    #[cfg(test)]
+    pub fn from_channel(rx: watch::Receiver<bool>) -> Self {
+        Self(rx)
+    }
+
     pub fn is_leader(&self) -> bool {
         *self.0.borrow()
     }

@@ -255,9 +255,12 @@ async fn pair(client: &Client, trials: usize) -> Result<Value> {
 /// each writer's samples over the rounds and gives the median of the per-round ratios too.
 pub async fn s8(client: &Client) -> Result<Value> {
     let rounds = env_usize("REKINDLE_BENCH_S8_ROUNDS", 3);
+    // Changes per run at 10/s (a fifth of it at 2/s): a p99 of 100 samples is their second largest,
+    // as noisy as one sample, so runs are 30 s long.
+    let updates = env_usize("REKINDLE_BENCH_S8_UPDATES", 300);
     let writers = [Who::Bare, Who::Rekindle(Some("0")), Who::Rekindle(None)];
     let mut runs = Vec::new();
-    for (rate, updates) in [(10.0, 100), (2.0, 40)] {
+    for (rate, updates) in [(10.0, updates), (2.0, updates.div_ceil(5))] {
         for round in 0..rounds {
             for k in 0..writers.len() {
                 let who = writers[(k + round) % writers.len()];
@@ -500,6 +503,24 @@ fn pooled_markdown(runs: &[Value]) -> String {
             percentile(&samples, 99.0) / percentile(&bare, 99.0),
             median(ratios.iter().map(|r| r.0).collect()),
             median(ratios.iter().map(|r| r.1).collect()),
+        );
+    }
+    // How much the limit itself moves from round to round: the noise a ratio of one round carries.
+    for (rate, bare) in per_round
+        .iter()
+        .filter_map(|((rate, _), w)| Some((rate.clone(), w.get("bare client")?.1)))
+        .fold(BTreeMap::<String, Vec<f64>>::new(), |mut m, (rate, p99)| {
+            m.entry(rate).or_default().push(p99);
+            m
+        })
+    {
+        let max = bare.iter().copied().fold(f64::MIN, f64::max);
+        let min = bare.iter().copied().fold(f64::MAX, f64::min);
+        let each: Vec<String> = bare.iter().map(|v| format!("{v:.1}")).collect();
+        md += &format!(
+            "\nThe bare client's own p99 at {rate}/s, round by round: {} ms (largest / smallest {:.2}).\n",
+            each.join(", "),
+            max / min
         );
     }
     md
