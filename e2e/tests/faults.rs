@@ -542,3 +542,94 @@ async fn a_forbidden_patch_is_attempted_once_and_reported() -> Result<()> {
     }
     ns.cleanup().await
 }
+
+/// The start-up catch-up of ConfigMaps does not wait for the Secrets: with a role that may not list
+/// Secrets, the Secrets watch never syncs and rekindle never turns ready, yet a ConfigMap changed while
+/// it was down is reloaded, once.
+#[tokio::test]
+async fn a_configmap_changed_while_down_is_reloaded_before_the_secrets_are_listed() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-early-catch-up").await?;
+    let user = format!("e2e-no-secrets-{}", ns.name);
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+    "metadata": {"name": user},
+    "rules": [
+        {"apiGroups": ["", "apps", "batch"], "verbs": ["get", "list", "watch"],
+         "resources": ["configmaps", "namespaces", "deployments", "statefulsets", "daemonsets", "cronjobs", "jobs"]},
+        {"apiGroups": ["apps"], "verbs": ["patch"], "resources": ["deployments"]},
+        // Optional kinds other tests may have installed: every workload watch must list first.
+        {"apiGroups": ["apps.openshift.io"], "verbs": ["get", "list", "watch"], "resources": ["deploymentconfigs"]},
+        {"apiGroups": ["argoproj.io"], "verbs": ["get", "list", "watch"], "resources": ["rollouts"]},
+        {"apiGroups": ["", "events.k8s.io"], "verbs": ["create", "patch"], "resources": ["events"]},
+    ]});
+    apply_value(&client, None, role).await?;
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]});
+    apply_value(&client, None, binding).await?;
+    let kubeconfig = e2e::user_kubeconfig(&user, &ns.name)?;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), &ns.name);
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "cfg"}, "data": {"v": "1"}}))?;
+    let before = configmap_hash_typed(&cms.create(&PostParams::default(), &cm).await?);
+    // Stamped with the hash of the first content, as rekindle's webhook would have.
+    let env_var =
+        rekindle::core::envname::env_var_name("cfg", rekindle::core::ResourceKind::ConfigMap);
+    deployment("web")
+        .auto()
+        .containers(json!([{"name": "app", "image": "busybox",
+            "envFrom": [{"configMapRef": {"name": "cfg"}}],
+            "env": [{"name": env_var, "value": before}]}]))
+        .apply(&client, &ns.name)
+        .await?;
+    let changed = cms
+        .patch(
+            "cfg",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"v": "2"}})),
+        )
+        .await?;
+    let after = configmap_hash_typed(&changed);
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            webhook: false,
+            wait_ready: false,
+            kubeconfig: Some(kubeconfig),
+            args: &["--reload-debounce=0"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    wait_for("the catch-up to reload web", TIMEOUT, || async {
+        let d = get_json(&deployments, "web").await?;
+        let value = d.pointer("/spec/template/spec/containers/0/env/0/value");
+        Ok((value == Some(&json!(after))).then_some(()))
+    })
+    .await?;
+    assert_eq!(
+        rk.metric("rekindle_ready").await?,
+        0.0,
+        "the Secrets never listed"
+    );
+    assert!(
+        rk.metric("rekindle_watch_restarts_total{resource=\"secrets\"}")
+            .await?
+            >= 1.0,
+        "the Secrets watch was refused"
+    );
+    assert_eq!(rk.reloads(true).await?, 1.0);
+    assert_eq!(
+        e2e::fixtures::generation(&get_json(&deployments, "web").await?),
+        2
+    );
+    rk.stop().await?;
+    for kind in ["ClusterRoleBinding", "ClusterRole"] {
+        let api = dynamic_api(&client, "rbac.authorization.k8s.io/v1", kind, None).await?;
+        api.delete(&user, &Default::default()).await?;
+    }
+    ns.cleanup().await
+}
