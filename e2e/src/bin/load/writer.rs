@@ -17,7 +17,7 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::{
-    create_pairs, env_usize, f, percentile, request_counts, seen, summary, template_watch,
+    create_pairs, env_usize, f, percentile, quiesce, request_counts, seen, summary, template_watch,
 };
 
 /// Who applies the change: rekindle (with its debounce flag, None = default) or the bench itself.
@@ -42,6 +42,9 @@ const PAIRS: usize = 20;
 /// One paced run: `updates` ConfigMap changes at `rate` per second, each waited for in a watch.
 /// `busy`: another client patches every Deployment's labels in a tight loop meanwhile.
 async fn paced(client: &Client, who: Who, rate: f64, updates: usize, busy: bool) -> Result<Value> {
+    // The previous run's namespace (its Deployments, ReplicaSets and pods) is deleted in the
+    // background: let that finish first, or it lands in whichever writer runs next.
+    quiesce(client, "").await?;
     let ns = TestNamespace::new(client, "bench-s8").await?;
     create_pairs(client, &ns.name, PAIRS, matches!(who, Who::Rekindle(_))).await?;
     let rk = match who {
