@@ -457,6 +457,42 @@ async fn throttled_by_priority_and_fairness_rekindle_backs_off_and_loses_nothing
     ns.cleanup().await
 }
 
+/// A user (named `prefix` and the namespace) whose ClusterRole grants `rules`, plus reading the
+/// optional workload kinds other tests may have installed (rekindle lists every workload kind it
+/// serves before it is ready or catches up), and a kubeconfig for it.
+async fn user_with_rules(
+    client: &kube::Client,
+    ns: &TestNamespace,
+    prefix: &str,
+    rules: Value,
+) -> Result<(String, std::path::PathBuf)> {
+    let user = format!("{prefix}-{}", ns.name);
+    let mut rules = rules.as_array().cloned().unwrap_or_default();
+    rules.extend([
+        json!({"apiGroups": ["apps.openshift.io"], "verbs": ["get", "list", "watch"], "resources": ["deploymentconfigs"]}),
+        json!({"apiGroups": ["argoproj.io"], "verbs": ["get", "list", "watch"], "resources": ["rollouts"]}),
+    ]);
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": user}, "rules": rules});
+    apply_value(client, None, role).await?;
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]});
+    apply_value(client, None, binding).await?;
+    let kubeconfig = e2e::user_kubeconfig(&user, &ns.name)?;
+    Ok((user, kubeconfig))
+}
+
+/// Removes what [`user_with_rules`] created.
+async fn delete_user(client: &kube::Client, user: &str) -> Result<()> {
+    for kind in ["ClusterRoleBinding", "ClusterRole"] {
+        let api = dynamic_api(client, "rbac.authorization.k8s.io/v1", kind, None).await?;
+        api.delete(user, &Default::default()).await?;
+    }
+    Ok(())
+}
+
 /// A write the apiserver forbids is not retried: one failed attempt, one failed reload, one
 /// `ReloadFail` Warning Event, while everything rekindle may do still works. rekindle runs as a user
 /// that may read everything and record Events but not patch Deployments.
@@ -464,24 +500,17 @@ async fn throttled_by_priority_and_fairness_rekindle_backs_off_and_loses_nothing
 async fn a_forbidden_patch_is_attempted_once_and_reported() -> Result<()> {
     let client = admin_client().await?;
     let ns = TestNamespace::new(&client, "e2e-forbidden").await?;
-    let user = format!("e2e-no-patch-{}", ns.name);
-    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-    "metadata": {"name": user},
-    "rules": [
-        {"apiGroups": ["", "apps", "batch"], "verbs": ["get", "list", "watch"],
-         "resources": ["configmaps", "secrets", "namespaces", "deployments", "statefulsets", "daemonsets", "cronjobs", "jobs"]},
-        // Optional kinds other tests may have installed: rekindle is ready once it watches them.
-        {"apiGroups": ["apps.openshift.io"], "verbs": ["get", "list", "watch"], "resources": ["deploymentconfigs"]},
-        {"apiGroups": ["argoproj.io"], "verbs": ["get", "list", "watch"], "resources": ["rollouts"]},
-        {"apiGroups": ["", "events.k8s.io"], "verbs": ["create", "patch"], "resources": ["events"]},
-    ]});
-    apply_value(&client, None, role).await?;
-    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": user},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]});
-    apply_value(&client, None, binding).await?;
-    let kubeconfig = e2e::user_kubeconfig(&user, &ns.name)?;
+    let (user, kubeconfig) = user_with_rules(
+        &client,
+        &ns,
+        "e2e-no-patch",
+        json!([
+            {"apiGroups": ["", "apps", "batch"], "verbs": ["get", "list", "watch"],
+             "resources": ["configmaps", "secrets", "namespaces", "deployments", "statefulsets", "daemonsets", "cronjobs", "jobs"]},
+            {"apiGroups": ["", "events.k8s.io"], "verbs": ["create", "patch"], "resources": ["events"]},
+        ]),
+    )
+    .await?;
     apply_value(
         &client,
         Some(&ns.name),
@@ -536,10 +565,7 @@ async fn a_forbidden_patch_is_attempted_once_and_reported() -> Result<()> {
         "the Deployment is untouched"
     );
     rk.stop().await?;
-    for kind in ["ClusterRoleBinding", "ClusterRole"] {
-        let api = dynamic_api(&client, "rbac.authorization.k8s.io/v1", kind, None).await?;
-        api.delete(&user, &Default::default()).await?;
-    }
+    delete_user(&client, &user).await?;
     ns.cleanup().await
 }
 
@@ -550,25 +576,18 @@ async fn a_forbidden_patch_is_attempted_once_and_reported() -> Result<()> {
 async fn a_configmap_changed_while_down_is_reloaded_before_the_secrets_are_listed() -> Result<()> {
     let client = admin_client().await?;
     let ns = TestNamespace::new(&client, "e2e-early-catch-up").await?;
-    let user = format!("e2e-no-secrets-{}", ns.name);
-    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-    "metadata": {"name": user},
-    "rules": [
-        {"apiGroups": ["", "apps", "batch"], "verbs": ["get", "list", "watch"],
-         "resources": ["configmaps", "namespaces", "deployments", "statefulsets", "daemonsets", "cronjobs", "jobs"]},
-        {"apiGroups": ["apps"], "verbs": ["patch"], "resources": ["deployments"]},
-        // Optional kinds other tests may have installed: every workload watch must list first.
-        {"apiGroups": ["apps.openshift.io"], "verbs": ["get", "list", "watch"], "resources": ["deploymentconfigs"]},
-        {"apiGroups": ["argoproj.io"], "verbs": ["get", "list", "watch"], "resources": ["rollouts"]},
-        {"apiGroups": ["", "events.k8s.io"], "verbs": ["create", "patch"], "resources": ["events"]},
-    ]});
-    apply_value(&client, None, role).await?;
-    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": user},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]});
-    apply_value(&client, None, binding).await?;
-    let kubeconfig = e2e::user_kubeconfig(&user, &ns.name)?;
+    let (user, kubeconfig) = user_with_rules(
+        &client,
+        &ns,
+        "e2e-no-secrets",
+        json!([
+            {"apiGroups": ["", "apps", "batch"], "verbs": ["get", "list", "watch"],
+             "resources": ["configmaps", "namespaces", "deployments", "statefulsets", "daemonsets", "cronjobs", "jobs"]},
+            {"apiGroups": ["apps"], "verbs": ["patch"], "resources": ["deployments"]},
+            {"apiGroups": ["", "events.k8s.io"], "verbs": ["create", "patch"], "resources": ["events"]},
+        ]),
+    )
+    .await?;
     let cms = Api::<ConfigMap>::namespaced(client.clone(), &ns.name);
     let cm: ConfigMap =
         serde_json::from_value(json!({"metadata": {"name": "cfg"}, "data": {"v": "1"}}))?;
@@ -627,9 +646,6 @@ async fn a_configmap_changed_while_down_is_reloaded_before_the_secrets_are_liste
         2
     );
     rk.stop().await?;
-    for kind in ["ClusterRoleBinding", "ClusterRole"] {
-        let api = dynamic_api(&client, "rbac.authorization.k8s.io/v1", kind, None).await?;
-        api.delete(&user, &Default::default()).await?;
-    }
+    delete_user(&client, &user).await?;
     ns.cleanup().await
 }
