@@ -176,6 +176,12 @@ impl TestNamespace {
         })
     }
 
+    /// Leaves the namespace in place (for a look at what a benchmark made) and returns its name.
+    pub fn keep(mut self) -> String {
+        self.cleaned = true;
+        std::mem::take(&mut self.name)
+    }
+
     pub async fn cleanup(mut self) -> Result<()> {
         self.cleaned = true;
         Api::<Namespace>::all(self.client.clone())

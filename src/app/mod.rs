@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::PostParams;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admission::{self, http as admission_http, Admission};
 use crate::config::scope::ScopeFilter;
 use crate::config::{Config, LogFormat};
-use crate::core::hash::{configmap_hash_typed, secret_hash_typed};
+use crate::core::hash::configmap_hash_typed;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::Index;
 use crate::metrics::Metrics;
@@ -466,23 +466,16 @@ fn spawn_watches(
             )));
         }
         if !config.ignore_secrets {
-            let api: Api<Secret> = match ns {
-                Some(n) => Api::namespaced(client.clone(), n),
-                None => Api::all(client.clone()),
-            };
             // Helm release blobs are large and never mounted: keep them out of the watch.
             let wc = label_config(watcher::Config::default().fields("type!=helm.sh/release.v1"));
             ready.expect(
                 &format!("secrets/{star}"),
                 WatchPart::Resources(ResourceKind::Secret),
             );
-            watches.push(tokio::spawn(watch::resources(
-                api,
+            watches.push(tokio::spawn(watch::secrets(
+                client.clone(),
                 wc,
-                ResourceKind::Secret,
-                "secrets",
                 ns.clone(),
-                secret_hash_typed,
                 ctx.clone(),
             )));
         }

@@ -10,7 +10,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use kube::runtime::watcher::{self, watcher, Event as WatchEvent};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource};
@@ -44,17 +44,32 @@ pub struct WatchName {
     pub resource: String,
 }
 
+/// Watches with kube's watcher.
 pub async fn run<K, H>(
     api: Api<K>,
     config: watcher::Config,
     id: WatchName,
-    mut handler: H,
+    handler: H,
     ctx: Arc<Ctx>,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     H: Handler<K>,
 {
-    let mut stream = watcher(api, config).default_backoff().boxed();
+    drive(watcher(api, config), id, handler, ctx).await;
+}
+
+/// Feeds a stream of watcher events to a handler, with kube's backoff after each error; returns
+/// when the stream ends.
+pub async fn drive<K, H, E>(
+    events: impl Stream<Item = Result<WatchEvent<K>, E>> + Send,
+    id: WatchName,
+    mut handler: H,
+    ctx: Arc<Ctx>,
+) where
+    H: Handler<K>,
+    E: std::fmt::Display,
+{
+    let mut stream = events.default_backoff().boxed();
     let mut first_sync = true;
     let mut seen: HashSet<H::Key> = HashSet::new();
     let restarts = ctx

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::DynamicObject;
 use kube::runtime::watcher;
@@ -192,6 +192,45 @@ pub async fn resources<K>(
         hash,
     };
     driver::run(api, config, id, handler, ctx).await;
+}
+
+/// Secrets: in protobuf when the first state is streamed (see [`super::protobuf`]: a third fewer
+/// bytes than JSON and half the apiserver's CPU), with kube's JSON watcher otherwise and wherever the
+/// apiserver does not serve protobuf.
+pub async fn secrets(
+    client: Client,
+    config: watcher::Config,
+    namespace: Option<String>,
+    ctx: Arc<Ctx>,
+) {
+    let id = || WatchName {
+        name: watch_name("secrets", namespace.as_deref()),
+        resource: "secrets".into(),
+    };
+    let handler = || Resources {
+        kind: ResourceKind::Secret,
+        label: "secrets",
+        namespace: namespace.clone(),
+        hash: crate::core::hash::secret_hash_typed,
+    };
+    if ctx.streaming_lists {
+        let events = super::protobuf::secrets(
+            client.clone(),
+            namespace.as_deref(),
+            config.label_selector.clone(),
+            config.field_selector.clone(),
+        );
+        driver::drive(events, id(), handler(), ctx.clone()).await;
+        tracing::warn!(
+            watch = %id().name,
+            "the apiserver does not serve Secrets in protobuf; watching them in JSON"
+        );
+    }
+    let api: Api<Secret> = match &namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    };
+    driver::run(api, config, id(), handler(), ctx).await;
 }
 
 /// Workloads of one kind: references, policy annotations, markers and a skeleton, kept in the index.

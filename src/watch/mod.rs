@@ -5,6 +5,7 @@
 
 mod driver;
 mod handlers;
+mod protobuf;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,7 +15,7 @@ use kube::runtime::watcher;
 use kube::Client;
 use tokio::time::Instant;
 
-pub use handlers::{namespaces, optional_workloads, resources, spcps, spcs, workloads};
+pub use handlers::{namespaces, optional_workloads, resources, secrets, spcps, spcs, workloads};
 
 use crate::config::scope::ScopeFilter;
 use crate::core::plan::{Event, PlanConfig};

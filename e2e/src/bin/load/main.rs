@@ -13,7 +13,7 @@
 //! REKINDLE_BENCH_S3_WORKLOADS (5000), REKINDLE_BENCH_S4_SECRETS (comma list, 20000),
 //! REKINDLE_BENCH_S5_SECONDS (10), REKINDLE_BENCH_S6_WORKLOADS (10000, 0 skips the full-size S6),
 //! REKINDLE_BENCH_S6_RESOURCES (25000), REKINDLE_BENCH_S6_STARTS (3, start-ups timed over the same
-//! objects), REKINDLE_BENCH_S7_SECONDS (30), REKINDLE_BENCH_S8_ROUNDS (3), REKINDLE_BENCH_S8_UPDATES
+//! objects; REKINDLE_BENCH_S6_KEEP=1 leaves them in their namespace), REKINDLE_BENCH_S7_SECONDS (30), REKINDLE_BENCH_S8_ROUNDS (3), REKINDLE_BENCH_S8_UPDATES
 //! (300 changes per run at 10/s, a fifth of it at 2/s).
 //! Output: REKINDLE_BENCH_OUT
 //! (bench/results).
@@ -770,7 +770,11 @@ async fn s4_with(
         // The reloads of the changes above, so that the next start finds nothing stale but cm-0.
         while rx.try_recv().is_ok() {}
     }
-    ns.cleanup().await?;
+    if std::env::var_os("REKINDLE_BENCH_S6_KEEP").is_some() {
+        eprintln!("S6: objects kept in namespace {}", ns.keep());
+    } else {
+        ns.cleanup().await?;
+    }
     let median = |field: &str| {
         let mut v: Vec<f64> = runs.iter().filter_map(|r| r[field].as_f64()).collect();
         v.sort_by(f64::total_cmp);
