@@ -205,6 +205,33 @@ async fn etcd_killed_and_restarted_while_changes_keep_coming() -> Result<()> {
 async fn a_forced_relist_sees_changes_and_deletions_made_during_the_gap() -> Result<()> {
     let _one = ONE_AT_A_TIME.lock().await;
     let (ns, cms, deployments, rk) = setup("e2e-relist", 5, &["--reload-on-delete=true"]).await?;
+    // Secrets too (their watch is protobuf's, not kube's): one changed and one deleted in the gap.
+    let client = admin_client().await?;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), &ns.name);
+    for i in 0..2 {
+        secrets
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": format!("sec-{i}")}, "stringData": {"v": "start"}}),
+                )?,
+            )
+            .await?;
+        let d = e2e::fixtures::deployment(&format!("ds-{i}"))
+            .auto()
+            .env_from(json!([{"secretRef": {"name": format!("sec-{i}")}}]))
+            .build();
+        apply_value(&client, Some(&ns.name), d).await?;
+        wait_for("stamped", TIMEOUT, || async {
+            Ok(env_value(
+                &get_json(&deployments, &format!("ds-{i}")).await?,
+                &format!("STAKATER_SEC_{i}_SECRET"),
+            )
+            .map(|_| ()))
+        })
+        .await?;
+    }
     for i in 0..5 {
         wait_for("stamped", TIMEOUT, || async {
             Ok(env_value(
@@ -226,6 +253,14 @@ async fn a_forced_relist_sees_changes_and_deletions_made_during_the_gap() -> Res
         .await?;
     }
     cms.delete("cm-3", &DeleteParams::default()).await?;
+    secrets
+        .patch(
+            "sec-0",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"stringData": {"v": "gap"}})),
+        )
+        .await?;
+    secrets.delete("sec-1", &DeleteParams::default()).await?;
     deployments.delete("d-4", &DeleteParams::default()).await?;
     cms.patch(
         "cm-4",
@@ -262,7 +297,60 @@ async fn a_forced_relist_sees_changes_and_deletions_made_during_the_gap() -> Res
         },
     )
     .await?;
+    let want = rekindle::core::hash::secret_hash_typed(&secrets.get("sec-0").await?);
+    wait_for(
+        "the Secret changed during the gap to reload",
+        TIMEOUT,
+        || async {
+            let d = get_json(&deployments, "ds-0").await?;
+            Ok(
+                (env_value(&d, "STAKATER_SEC_0_SECRET").as_deref() == Some(want.as_str()))
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
+    wait_for(
+        "the Secret deleted during the gap to remove its env var",
+        TIMEOUT,
+        || async {
+            let d = get_json(&deployments, "ds-1").await?;
+            Ok(env_value(&d, "STAKATER_SEC_1_SECRET")
+                .is_none()
+                .then_some(()))
+        },
+    )
+    .await?;
+    // The Secrets watch reconnected after the apiserver's restart: a change made now is seen.
+    let changed = secrets
+        .patch(
+            "sec-0",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"stringData": {"v": "after"}})),
+        )
+        .await?;
+    let want = rekindle::core::hash::secret_hash_typed(&changed);
+    wait_for(
+        "a Secret changed after the restart to reload",
+        TIMEOUT,
+        || async {
+            let d = get_json(&deployments, "ds-0").await?;
+            Ok(
+                (env_value(&d, "STAKATER_SEC_0_SECRET").as_deref() == Some(want.as_str()))
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
     rk.settled(rk.handled().await?).await?;
+    for (name, rollouts) in [("ds-0", 2), ("ds-1", 1)] {
+        let d = get_json(&deployments, name).await?;
+        assert_eq!(
+            generation(&d),
+            1 + rollouts,
+            "{name}: one rollout per change"
+        );
+    }
     for i in 0..4 {
         let d = get_json(&deployments, &format!("d-{i}")).await?;
         assert_eq!(generation(&d), 2, "d-{i}: exactly one rollout");

@@ -345,10 +345,15 @@ impl Watch {
                 .unwrap_or_default();
             return Err(refused(code, &body));
         }
-        let body = response
-            .into_body()
-            .into_data_stream()
-            .map_err(std::io::Error::other);
+        let body = response.into_body().into_data_stream().map_err(|e| {
+            // A connection the apiserver closed (its restart, or its timeout without a TLS
+            // close_notify) ends the watch, to be resumed; it is not a failure.
+            if connection_closed(&e) {
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, e)
+            } else {
+                std::io::Error::other(e)
+            }
+        });
         let codec = LengthDelimitedCodec::builder()
             .max_frame_length(MAX_FRAME)
             .new_codec();
@@ -356,6 +361,20 @@ impl Watch {
             FramedRead::new(StreamReader::new(body), codec).boxed(),
         ))
     }
+}
+
+fn connection_closed(e: &kube::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        let eof = c
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof);
+        if eof || c.to_string().contains("unexpected EOF during chunk") {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// The error of a refused request: its `Status` message when the body is one, else the body's text.

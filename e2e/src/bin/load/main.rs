@@ -13,7 +13,8 @@
 //! REKINDLE_BENCH_S3_WORKLOADS (5000), REKINDLE_BENCH_S4_SECRETS (comma list, 20000),
 //! REKINDLE_BENCH_S5_SECONDS (10), REKINDLE_BENCH_S6_WORKLOADS (10000, 0 skips the full-size S6),
 //! REKINDLE_BENCH_S6_RESOURCES (25000), REKINDLE_BENCH_S6_STARTS (3, start-ups timed over the same
-//! objects; REKINDLE_BENCH_S6_KEEP=1 leaves them in their namespace), REKINDLE_BENCH_S7_SECONDS (30), REKINDLE_BENCH_S8_ROUNDS (3), REKINDLE_BENCH_S8_UPDATES
+//! objects; REKINDLE_BENCH_S6_KEEP=1 leaves them in their namespace; REKINDLE_BENCH_S6_VS=BIN times
+//! each start for another binary too, taking turns), REKINDLE_BENCH_S7_SECONDS (30), REKINDLE_BENCH_S8_ROUNDS (3), REKINDLE_BENCH_S8_UPDATES
 //! (300 changes per run at 10/s, a fifth of it at 2/s).
 //! Output: REKINDLE_BENCH_OUT
 //! (bench/results).
@@ -58,19 +59,31 @@ fn summary(mut ms: Vec<f64>) -> Value {
         "samples_ms": ms})
 }
 
-fn deployment(name: &str, cm: &str, annotated: bool) -> Deployment {
+fn deployment(name: &str, cm: &str, annotated: bool, paused: bool) -> Deployment {
     let annotations = if annotated {
         json!({"reloader.stakater.com/auto": "true"})
     } else {
         json!({})
     };
     serde_json::from_value(json!({"metadata": {"name": name, "annotations": annotations},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
+        "spec": {"replicas": 1, "paused": paused, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
             "spec": {"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": cm}}]}]}}}}))
     .expect("static deployment")
 }
 
 async fn create_pairs(client: &Client, ns: &str, n: usize, annotated: bool) -> Result<()> {
+    create_pairs_with(client, ns, n, annotated, false).await
+}
+
+/// [`create_pairs`], the Deployments `paused` if asked: no ReplicaSets or Pods are made for them, so
+/// the control plane is quiet again within a minute of creating thousands.
+async fn create_pairs_with(
+    client: &Client,
+    ns: &str,
+    n: usize,
+    annotated: bool,
+    paused: bool,
+) -> Result<()> {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let ds: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let pp = PostParams::default();
@@ -82,7 +95,7 @@ async fn create_pairs(client: &Client, ns: &str, n: usize, annotated: bool) -> R
                     json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "0"}}),
                 )?;
                 let cm = cms.create(&pp, &cm).await?;
-                let mut d = deployment(&format!("d-{i}"), &format!("cm-{i}"), annotated);
+                let mut d = deployment(&format!("d-{i}"), &format!("cm-{i}"), annotated, paused);
                 if annotated {
                     // Stamped as the webhook stamps at creation, whether or not rekindle runs now, so
                     // changes made while rekindle starts are owed (absent markers are left alone).
@@ -327,7 +340,7 @@ async fn s2(client: &Client, debounce: &str, n: usize, binary: Option<PathBuf>) 
             async move {
                 ds.create(
                     &PostParams::default(),
-                    &deployment(&format!("d-{i}"), "shared", true),
+                    &deployment(&format!("d-{i}"), "shared", true, false),
                 )
                 .await?;
                 anyhow::Ok(())
@@ -612,6 +625,23 @@ async fn quiesce(client: &Client, keep: &str) -> Result<()> {
     Ok(())
 }
 
+/// Waits (up to 10 minutes) until the apiserver uses under a tenth of a core over 3 s: the control
+/// plane has finished with the objects just made. Returns the seconds waited.
+async fn settle(client: &Client) -> Result<f64> {
+    let started = Instant::now();
+    let mut before = apiserver_cost(client).await?.0;
+    while started.elapsed() < Duration::from_secs(600) {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = apiserver_cost(client).await?.0;
+        if now - before < 0.3 {
+            return Ok(started.elapsed().as_secs_f64());
+        }
+        before = now;
+    }
+    eprintln!("warning: the apiserver was still busy after 10 minutes");
+    Ok(started.elapsed().as_secs_f64())
+}
+
 /// S3: one ConfigMap changes among many: latency, and the API requests the change cost.
 async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> Result<Value> {
     let ns = TestNamespace::new(client, "bench-s3").await?;
@@ -682,6 +712,7 @@ async fn s4_with(
     starts: usize,
 ) -> Result<Value> {
     use k8s_openapi::api::core::v1::Secret;
+    quiesce(client, "").await?;
     let ns = TestNamespace::new(client, "bench-s4").await?;
     let secret_api: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
     let payload = "s".repeat(8 * 1024);
@@ -699,7 +730,9 @@ async fn s4_with(
         .await
         .into_iter()
         .collect::<Result<Vec<_>>>()?;
-    create_pairs(client, &ns.name, workloads, true).await?;
+    // Paused: start-up is timed against a quiet control plane, not one creating a ReplicaSet and a
+    // Pod for each of thousands of Deployments (that took over half an hour here).
+    create_pairs_with(client, &ns.name, workloads, true, true).await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     for i in workloads..configmaps.max(workloads) {
         let cm: ConfigMap = serde_json::from_value(
@@ -709,13 +742,24 @@ async fn s4_with(
     }
     let data_bytes = secrets * 8 * 1024 + configmaps.max(workloads) * 1024;
     let mut rx = template_watch(client, &ns.name);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let settled_s = settle(client).await?;
     while rx.try_recv().is_ok() {}
     // Start-up is timed `starts` times over the same objects (the median is reported); memory after
     // changes is measured in the first start only.
+    // With REKINDLE_BENCH_S6_VS=BIN, each start is timed for that binary too, over the same objects,
+    // the two taking turns to go first.
+    let vs = std::env::var_os("REKINDLE_BENCH_S6_VS").map(PathBuf::from);
     let mut runs = Vec::new();
+    let mut vs_runs = Vec::new();
     let (mut rss_synced, mut rss_after) = (0, 0);
-    for start in 0..starts.max(1) {
+    for turn in 0..starts.max(1) * if vs.is_some() { 2 } else { 1 } {
+        let (start, other) = match &vs {
+            Some(_) => (turn / 2, (turn % 2 == 1) != (turn / 2 % 2 == 1)),
+            None => (turn, false),
+        };
+        if turn > 0 {
+            settle(client).await?;
+        }
         let apiserver_before = apiserver_cost(client).await?.0;
         let started = Instant::now();
         let rk = Rekindle::start(
@@ -725,6 +769,7 @@ async fn s4_with(
                 webhook: false,
                 wait_ready: false,
                 args,
+                binary: if other { vs.clone() } else { None },
                 ..Default::default()
             },
         )
@@ -734,7 +779,7 @@ async fn s4_with(
             .patch(
                 "cm-0",
                 &PatchParams::default(),
-                &Patch::Merge(&json!({"data": {"v": format!("during-start-up-{start}")}})),
+                &Patch::Merge(&json!({"data": {"v": format!("during-start-up-{turn}")}})),
             )
             .await?;
         let want = rekindle::core::hash::configmap_hash_typed(&changed);
@@ -745,11 +790,14 @@ async fn s4_with(
         let first_reload_s = seen(&mut rx, "d-0", &want, Duration::from_secs(60))
             .await
             .map(|at| at.saturating_duration_since(started).as_secs_f64());
-        runs.push(
-            json!({"startup_to_ready_s": startup_s, "first_reload_after_start_s": first_reload_s,
-            "cpu_to_ready_s": cpu_s, "apiserver_cpu_to_ready_s": apiserver_cpu_s}),
-        );
-        if start > 0 {
+        let run = json!({"startup_to_ready_s": startup_s, "first_reload_after_start_s": first_reload_s,
+            "cpu_to_ready_s": cpu_s, "apiserver_cpu_to_ready_s": apiserver_cpu_s});
+        if other {
+            vs_runs.push(run);
+        } else {
+            runs.push(run);
+        }
+        if start > 0 || other {
             rk.stop().await?;
             continue;
         }
@@ -775,16 +823,24 @@ async fn s4_with(
     } else {
         ns.cleanup().await?;
     }
-    let median = |field: &str| {
+    let median_of = |runs: &[Value], field: &str| {
         let mut v: Vec<f64> = runs.iter().filter_map(|r| r[field].as_f64()).collect();
         v.sort_by(f64::total_cmp);
         (!v.is_empty()).then(|| percentile(&v, 50.0))
     };
+    let median = |field: &str| median_of(&runs, field);
+    let vs_report = vs.as_ref().map(|bin| {
+        json!({"binary": bin.display().to_string(), "starts": vs_runs,
+            "startup_to_ready_s": median_of(&vs_runs, "startup_to_ready_s"),
+            "first_reload_after_start_s": median_of(&vs_runs, "first_reload_after_start_s"),
+            "cpu_to_ready_s": median_of(&vs_runs, "cpu_to_ready_s"),
+            "apiserver_cpu_to_ready_s": median_of(&vs_runs, "apiserver_cpu_to_ready_s")})
+    });
     Ok(
-        json!({"secrets": secrets, "configmaps": configmaps.max(workloads), "workloads": workloads, "data_bytes": data_bytes,
+        json!({"secrets": secrets, "configmaps": configmaps.max(workloads), "workloads": workloads, "data_bytes": data_bytes, "settled_s": settled_s,
         "startup_to_ready_s": median("startup_to_ready_s"), "first_reload_after_start_s": median("first_reload_after_start_s"),
         "cpu_to_ready_s": median("cpu_to_ready_s"), "apiserver_cpu_to_ready_s": median("apiserver_cpu_to_ready_s"), "starts": runs,
-        "rss_after_sync_bytes": rss_synced, "rss_after_changes_bytes": rss_after}),
+        "rss_after_sync_bytes": rss_synced, "rss_after_changes_bytes": rss_after, "vs": vs_report}),
     )
 }
 
@@ -1105,7 +1161,7 @@ async fn s6_only(client: &Client) -> Result<()> {
             .unwrap_or_else(|| "—".into())
     };
     let mut md = format!(
-        "# S6 start-up at full size\n\n{} Deployments (one replica each) each with its ConfigMap, and {} Secrets of 8 KiB ({:.1} MiB watched), started {starts} times over the same objects (medians): process start to `/ready` in {} s, first reload of a change made at start {} s after start; RSS {:.1} MiB after sync, {:.1} MiB after 1,000 changes (first start). `just bench-load --only s6`.\n",
+        "# S6 start-up at full size\n\n{} Deployments (one replica each, paused: the control plane makes no ReplicaSets or Pods for them, and each start waits for the apiserver to be idle) each with its ConfigMap, and {} Secrets of 8 KiB ({:.1} MiB watched), started {starts} times over the same objects (medians): process start to `/ready` in {} s, first reload of a change made at start {} s after start; RSS {:.1} MiB after sync, {:.1} MiB after 1,000 changes (first start). `just bench-load --only s6`.\n",
         r["workloads"], r["secrets"], f(&r["data_bytes"]) / 1048576.0, secs(&r["startup_to_ready_s"]),
         secs(&r["first_reload_after_start_s"]),
         f(&r["rss_after_sync_bytes"]) / 1048576.0, f(&r["rss_after_changes_bytes"]) / 1048576.0
@@ -1126,6 +1182,33 @@ async fn s6_only(client: &Client) -> Result<()> {
             md += &format!(
                 "| {}, start {} | {} | {} | {} | {} | | |\n",
                 r["lists"].as_str().unwrap_or(""),
+                i + 1,
+                secs(&start["startup_to_ready_s"]),
+                secs(&start["first_reload_after_start_s"]),
+                secs(&start["cpu_to_ready_s"]),
+                secs(&start["apiserver_cpu_to_ready_s"]),
+            );
+        }
+    }
+    for r in &runs {
+        let vs = &r["vs"];
+        if !vs.is_object() {
+            continue;
+        }
+        md += &format!(
+            "| {}, {}, median | {} | {} | {} | {} | | |\n",
+            r["lists"].as_str().unwrap_or(""),
+            vs["binary"].as_str().unwrap_or(""),
+            secs(&vs["startup_to_ready_s"]),
+            secs(&vs["first_reload_after_start_s"]),
+            secs(&vs["cpu_to_ready_s"]),
+            secs(&vs["apiserver_cpu_to_ready_s"]),
+        );
+        for (i, start) in vs["starts"].as_array().into_iter().flatten().enumerate() {
+            md += &format!(
+                "| {}, {}, start {} | {} | {} | {} | {} | | |\n",
+                r["lists"].as_str().unwrap_or(""),
+                vs["binary"].as_str().unwrap_or(""),
                 i + 1,
                 secs(&start["startup_to_ready_s"]),
                 secs(&start["first_reload_after_start_s"]),
