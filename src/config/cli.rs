@@ -259,7 +259,8 @@ pub struct ServerArgs {
     pub tls_min_version: String,
     /// How watches get their first state: `true` streams it as watch events (`sendInitialEvents`, no
     /// pages held in memory), `false` lists in pages, `auto` streams on Kubernetes 1.34 and later (where
-    /// the apiserver serves it by default).
+    /// the apiserver serves it by default). Streamed, Secrets are watched in protobuf (JSON where the
+    /// apiserver does not serve it).
     #[arg(long, default_value = "auto")]
     pub streaming_lists: String,
     /// Offer HTTP/2 on the webhook port as well as HTTP/1.1 (off: one request per stream keeps a
