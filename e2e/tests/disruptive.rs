@@ -51,6 +51,21 @@ fn env_value(d: &Value, name: &str) -> Option<String> {
         .map(String::from)
 }
 
+/// Waits until Deployment `name`'s env var `var` is `want` (`None`: until it is gone).
+async fn wait_env(
+    what: &str,
+    deployments: &Api<DynamicObject>,
+    name: &str,
+    var: &str,
+    want: Option<&str>,
+) -> Result<()> {
+    wait_for(what, TIMEOUT, || async {
+        let d = get_json(deployments, name).await?;
+        Ok((env_value(&d, var).as_deref() == want).then_some(()))
+    })
+    .await
+}
+
 async fn setup(
     prefix: &str,
     n: usize,
@@ -223,22 +238,13 @@ async fn a_forced_relist_sees_changes_and_deletions_made_during_the_gap() -> Res
             .env_from(json!([{"secretRef": {"name": format!("sec-{i}")}}]))
             .build();
         apply_value(&client, Some(&ns.name), d).await?;
-        wait_for("stamped", TIMEOUT, || async {
-            Ok(env_value(
-                &get_json(&deployments, &format!("ds-{i}")).await?,
-                &format!("STAKATER_SEC_{i}_SECRET"),
-            )
-            .map(|_| ()))
-        })
-        .await?;
     }
-    for i in 0..5 {
+    let stamps = (0..2)
+        .map(|i| (format!("ds-{i}"), format!("STAKATER_SEC_{i}_SECRET")))
+        .chain((0..5).map(|i| (format!("d-{i}"), format!("STAKATER_CM_{i}_CONFIGMAP"))));
+    for (name, var) in stamps {
         wait_for("stamped", TIMEOUT, || async {
-            Ok(env_value(
-                &get_json(&deployments, &format!("d-{i}")).await?,
-                &format!("STAKATER_CM_{i}_CONFIGMAP"),
-            )
-            .map(|_| ()))
+            Ok(env_value(&get_json(&deployments, &name).await?, &var).map(|_| ()))
         })
         .await?;
     }
@@ -276,49 +282,38 @@ async fn a_forced_relist_sees_changes_and_deletions_made_during_the_gap() -> Res
 
     for i in 0..3 {
         let want = configmap_hash_typed(&cms.get(&format!("cm-{i}")).await?);
-        wait_for("changes made during the gap to reload", TIMEOUT, || async {
-            let d = get_json(&deployments, &format!("d-{i}")).await?;
-            Ok(
-                (env_value(&d, &format!("STAKATER_CM_{i}_CONFIGMAP")).as_deref()
-                    == Some(want.as_str()))
-                .then_some(()),
-            )
-        })
+        wait_env(
+            "changes made during the gap to reload",
+            &deployments,
+            &format!("d-{i}"),
+            &format!("STAKATER_CM_{i}_CONFIGMAP"),
+            Some(&want),
+        )
         .await?;
     }
-    wait_for(
+    wait_env(
         "the deletion seen during the gap to remove the env var",
-        TIMEOUT,
-        || async {
-            let d = get_json(&deployments, "d-3").await?;
-            Ok(env_value(&d, "STAKATER_CM_3_CONFIGMAP")
-                .is_none()
-                .then_some(()))
-        },
+        &deployments,
+        "d-3",
+        "STAKATER_CM_3_CONFIGMAP",
+        None,
     )
     .await?;
     let want = rekindle::core::hash::secret_hash_typed(&secrets.get("sec-0").await?);
-    wait_for(
+    wait_env(
         "the Secret changed during the gap to reload",
-        TIMEOUT,
-        || async {
-            let d = get_json(&deployments, "ds-0").await?;
-            Ok(
-                (env_value(&d, "STAKATER_SEC_0_SECRET").as_deref() == Some(want.as_str()))
-                    .then_some(()),
-            )
-        },
+        &deployments,
+        "ds-0",
+        "STAKATER_SEC_0_SECRET",
+        Some(&want),
     )
     .await?;
-    wait_for(
+    wait_env(
         "the Secret deleted during the gap to remove its env var",
-        TIMEOUT,
-        || async {
-            let d = get_json(&deployments, "ds-1").await?;
-            Ok(env_value(&d, "STAKATER_SEC_1_SECRET")
-                .is_none()
-                .then_some(()))
-        },
+        &deployments,
+        "ds-1",
+        "STAKATER_SEC_1_SECRET",
+        None,
     )
     .await?;
     // The Secrets watch reconnected after the apiserver's restart: a change made now is seen.
@@ -330,16 +325,12 @@ async fn a_forced_relist_sees_changes_and_deletions_made_during_the_gap() -> Res
         )
         .await?;
     let want = rekindle::core::hash::secret_hash_typed(&changed);
-    wait_for(
+    wait_env(
         "a Secret changed after the restart to reload",
-        TIMEOUT,
-        || async {
-            let d = get_json(&deployments, "ds-0").await?;
-            Ok(
-                (env_value(&d, "STAKATER_SEC_0_SECRET").as_deref() == Some(want.as_str()))
-                    .then_some(()),
-            )
-        },
+        &deployments,
+        "ds-0",
+        "STAKATER_SEC_0_SECRET",
+        Some(&want),
     )
     .await?;
     rk.settled(rk.handled().await?).await?;

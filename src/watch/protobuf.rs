@@ -430,6 +430,17 @@ mod tests {
         }
     }
 
+    /// The resourceVersion of the bookmark that closes [`INITIAL`]'s first state.
+    fn closing_bookmark() -> String {
+        match decode_frame(frames(INITIAL)[1].clone()) {
+            Ok(Frame::Bookmark {
+                resource_version,
+                initial_end: true,
+            }) => resource_version,
+            other => panic!("expected the closing bookmark, got {other:?}"),
+        }
+    }
+
     #[test]
     fn decodes_the_first_state_and_its_closing_bookmark() {
         let f = frames(INITIAL);
@@ -450,13 +461,7 @@ mod tests {
             secret_hash_typed(&s),
             secret_hash([("password", &b"s3cr3t"[..]), ("token", &b"abc"[..])])
         );
-        match decode_frame(f[1].clone()) {
-            Ok(Frame::Bookmark {
-                resource_version,
-                initial_end: true,
-            }) => assert!(!resource_version.is_empty()),
-            other => panic!("expected the closing bookmark, got {other:?}"),
-        }
+        assert!(!closing_bookmark().is_empty());
     }
 
     #[test]
@@ -556,12 +561,7 @@ mod tests {
         assert_eq!(events, want);
 
         let queries = server.await.unwrap();
-        let bookmark_rv = match decode_frame(frames(INITIAL)[1].clone()) {
-            Ok(Frame::Bookmark {
-                resource_version, ..
-            }) => resource_version,
-            other => panic!("{other:?}"),
-        };
+        let bookmark_rv = closing_bookmark();
         for (i, q) in queries.iter().enumerate() {
             assert!(
                 q.contains("fieldSelector=type%21%3Dhelm.sh%2Frelease.v1"),
