@@ -557,6 +557,19 @@ impl Index {
         out
     }
 
+    /// The stale markers of one workload, when its every marker is for a resource of one of `kinds`
+    /// (as [`Index::stale_markers`] for a single workload); empty when it is unknown.
+    pub fn stale_markers_of(&self, key: &WorkloadKey, kinds: &[ResourceKind]) -> Vec<ResourceRef> {
+        let state = self.read();
+        let Some(entry) = state.workloads.get(key) else {
+            return Vec::new();
+        };
+        if !entry.markers().all(|(r, _)| kinds.contains(&r.kind)) {
+            return Vec::new();
+        }
+        state.stale_refs(key, entry).cloned().collect()
+    }
+
     /// Remembers that a change of `key`, written by the apiserver at `written_at` (Unix seconds),
     /// triggered reloads of the workloads known then.
     pub fn record_change(&self, key: &ResourceKey, written_at: i64) {

@@ -1,18 +1,17 @@
-//! What runs beside the watches and the writer: the catch-up once every watch has synced (and on
+//! What runs beside the watches and the writer: the catch-up as the first sync proceeds (and on
 //! becoming leader), the periodic consistency pass, expiry of the index's short-lived records, and
 //! handing freed heap back to the OS.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::config::scope::ScopeFilter;
-use crate::core::plan::{Event, PlanConfig};
-use crate::core::ResourceKind;
-use crate::index::{Index, WorkloadKey};
+use crate::core::plan::Event;
+use crate::index::Index;
 use crate::metrics::Metrics;
+use crate::reload::catch_up::CatchUp;
 use crate::reload::lease::Leadership;
 use crate::reload::queue::Queue;
 use crate::watch::ReadyTracker;
@@ -25,11 +24,12 @@ const HEAP_TRIM_INTERVAL: Duration = Duration::from_secs(60);
 
 pub struct Housekeeping {
     pub index: Arc<Index>,
-    /// Where catch-ups queue stale workloads; `None` when nothing is reloaded (`--webhook-url`).
-    pub catch_up: Option<Arc<Queue>>,
+    /// Queues stale workloads; `None` when nothing is reloaded (`--webhook-url`).
+    pub catch_up: Option<Arc<CatchUp>>,
+    /// Where `--sync-after-restart` replays creates; `None` as for `catch_up`.
+    pub queue: Option<Arc<Queue>>,
     pub metrics: Arc<Metrics>,
     pub scope: Arc<ScopeFilter>,
-    pub plan: PlanConfig,
     pub ready: Arc<ReadyTracker>,
     pub leadership: Leadership,
     pub consistency_interval: Duration,
@@ -39,9 +39,9 @@ pub struct Housekeeping {
 
 impl Housekeeping {
     pub async fn run(self, shutdown: CancellationToken) {
-        let Some(mut caught_up) = self.first_sync(&shutdown).await else {
+        if self.first_sync(&shutdown).await.is_none() {
             return;
-        };
+        }
         tracing::info!(sizes = ?self.index.sizes(), "all watches synced; ready");
         self.metrics.ready.set(1);
         if self.replay_creates {
@@ -56,18 +56,13 @@ impl Housekeeping {
         let mut was_leader = self.leadership.is_leader();
         loop {
             tokio::select! {
-                _ = consistency.tick() => {
-                    // The first tick is the catch-up of all, less what was caught up early.
-                    let early = std::mem::take(&mut caught_up);
-                    if self.leadership.is_leader() {
-                        self.catch_up(&ResourceKind::ALL, &early);
-                    }
-                }
+                // The first tick is the catch-up of all, less what the first sync caught up.
+                _ = consistency.tick() => self.catch_up_all(),
                 _ = leader_check.tick() => {
                     let leading = self.leadership.is_leader();
                     // A new leader catches up at once: failover loses nothing.
                     if leading && !was_leader {
-                        self.catch_up(&ResourceKind::ALL, &HashSet::new());
+                        self.catch_up_all();
                     }
                     was_leader = leading;
                 }
@@ -78,9 +73,15 @@ impl Housekeeping {
         }
     }
 
+    fn catch_up_all(&self) {
+        if let Some(catch_up) = &self.catch_up {
+            catch_up.all();
+        }
+    }
+
     /// Existing resources whose marker a workload lacks count as created.
     fn replay(&self) {
-        let Some(queue) = &self.catch_up else { return };
+        let Some(queue) = &self.queue else { return };
         let now = tokio::time::Instant::now();
         for (key, r) in self.index.absent_markers() {
             if self.scope.namespace_in_scope(&key.namespace) {
@@ -89,64 +90,23 @@ impl Housekeeping {
         }
     }
 
-    /// Waits for the first sync of every watch. A kind whose markers can be compared before that (its
-    /// watches and the workloads' have synced: ConfigMaps listed while the Secrets still stream) is
-    /// caught up at once. Returns the workloads queued so, which the first catch-up of all leaves alone;
-    /// `None` on shutdown.
-    async fn first_sync(&self, shutdown: &CancellationToken) -> Option<HashSet<WorkloadKey>> {
+    /// Waits for the first sync of every watch, handing each kind to the catch-up as soon as it has
+    /// listed (workloads listed later are compared as they arrive). `None` on shutdown.
+    async fn first_sync(&self, shutdown: &CancellationToken) -> Option<()> {
         let mut progress = self.ready.progress();
-        let mut caught_up = HashSet::new();
-        let mut compared = 0;
         loop {
             let now = progress.borrow_and_update().clone();
             if now.all {
-                return Some(caught_up);
+                return Some(());
             }
-            if now.comparable.len() > compared && self.leadership.is_leader() {
-                compared = now.comparable.len();
-                let queued = self.catch_up(&now.comparable, &caught_up);
-                caught_up.extend(queued);
+            if let Some(catch_up) = &self.catch_up {
+                catch_up.kinds_listed(&now.listed);
             }
             tokio::select! {
                 changed = progress.changed() => changed.ok()?,
                 _ = shutdown.cancelled() => return None,
             }
         }
-    }
-
-    /// Re-queues every workload whose marker differs from the current hash, among those whose markers
-    /// are all of `kinds` and not in `skip`; returns the workloads queued.
-    fn catch_up(&self, kinds: &[ResourceKind], skip: &HashSet<WorkloadKey>) -> Vec<WorkloadKey> {
-        let Some(queue) = &self.catch_up else {
-            return Vec::new();
-        };
-        let stale: Vec<_> = self
-            .index
-            .stale_markers(kinds)
-            .into_iter()
-            .filter(|(key, _)| {
-                !skip.contains(key)
-                    && self.scope.namespace_in_scope(&key.namespace)
-                    && !self.plan.policy.ignored_workload_types.contains(&key.kind)
-            })
-            .collect();
-        if !stale.is_empty() {
-            tracing::info!(
-                count = stale.len(),
-                kinds = ?kinds,
-                "markers differ from current hashes; reloading"
-            );
-        }
-        let now = tokio::time::Instant::now();
-        let mut queued = Vec::new();
-        for (key, r) in stale {
-            // As for a change seen live: a workload nothing else can trigger is reloaded at once.
-            let lone = self.index.has_one_trigger(&key);
-            queue.push(key.clone(), r, Event::Update, now, lone);
-            queued.push(key);
-        }
-        queued.dedup();
-        queued
     }
 
     /// Expires the index's short-lived records (the sizes are read at scrape time).
@@ -170,8 +130,9 @@ fn release_free_heap() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::WorkloadKind;
-    use crate::index::{ResourceEntry, ResourceKey, WorkloadEntry};
+    use crate::core::plan::PlanConfig;
+    use crate::core::{ResourceKind, WorkloadKind};
+    use crate::index::{ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
     use crate::reload::queue::QueueConfig;
     use crate::watch::WatchPart;
     use serde_json::json;
@@ -204,8 +165,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_kind_listed_before_the_rest_is_caught_up_at_once_and_only_once() {
+    async fn workloads_are_caught_up_as_their_kinds_and_they_are_listed_and_only_once() {
         let index = Arc::new(Index::new());
+        // Listed before the ConfigMaps: compared when they have listed.
         let cm_only = deployment(&index, "a", &[("STAKATER_CFG_CONFIGMAP", "old")]);
         let both = deployment(
             &index,
@@ -236,12 +198,19 @@ mod tests {
         ready.expect("secrets/*", WatchPart::Resources(ResourceKind::Secret));
         ready.expect("Deployment/*", WatchPart::Workloads);
         ready.seal();
+        let catch_up = CatchUp::new(
+            index.clone(),
+            queue.clone(),
+            Arc::default(),
+            [],
+            Leadership::always(),
+        );
         let housekeeping = Housekeeping {
             index: index.clone(),
-            catch_up: Some(queue.clone()),
+            catch_up: Some(catch_up.clone()),
+            queue: Some(queue.clone()),
             metrics: Arc::new(Metrics::new(&mut Default::default(), false)),
             scope: Arc::default(),
-            plan: PlanConfig::default(),
             ready: ready.clone(),
             leadership: Leadership::always(),
             consistency_interval: Duration::from_secs(3600),
@@ -256,11 +225,29 @@ mod tests {
                 .0
         };
 
-        // ConfigMaps and workloads listed, Secrets still listing: the workload with a ConfigMap's
+        // ConfigMaps listed, Secrets and Deployments still listing: the workload with a ConfigMap's
         // marker only is reloaded now; the one that also has a Secret's marker waits for the Secrets.
         ready.synced("configmaps/*");
-        ready.synced("Deployment/*");
         assert_eq!(next().await, cm_only);
+        assert_eq!(queue.depth(), 0);
+
+        // The Deployments' list goes on: a stale workload is queued as it arrives, a current one not.
+        let late = deployment(&index, "c", &[("STAKATER_CFG_CONFIGMAP", "old")]);
+        catch_up.workload_listed(&late);
+        assert_eq!(next().await, late);
+        let current = deployment(&index, "d", &[("STAKATER_CFG_CONFIGMAP", "new")]);
+        catch_up.workload_listed(&current);
+        let late_both = deployment(
+            &index,
+            "e",
+            &[
+                ("STAKATER_CFG_CONFIGMAP", "old"),
+                ("STAKATER_PW_SECRET", "old"),
+            ],
+        );
+        catch_up.workload_listed(&late_both);
+        // Listed twice (its watch restarted within the first list): queued once.
+        catch_up.workload_listed(&late);
         assert_eq!(queue.depth(), 0);
 
         index.update_resource(
@@ -268,10 +255,47 @@ mod tests {
             hash("new"),
         );
         ready.synced("secrets/*");
-        assert_eq!(next().await, both);
-        // The catch-up of all left the first workload alone: it was caught up already.
+        let mut queued = vec![next().await, next().await];
+        queued.sort();
+        assert_eq!(queued, [both, late_both]);
+        ready.synced("Deployment/*");
+        // The catch-up of all left alone every workload queued during the first sync.
+        tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(queue.depth(), 0);
         shutdown.cancel();
         task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_does_not_lead_catches_up_nothing_until_it_leads() {
+        let index = Arc::new(Index::new());
+        let stale = deployment(&index, "a", &[("STAKATER_CFG_CONFIGMAP", "old")]);
+        index.update_resource(
+            &ResourceKey::new(ResourceKind::ConfigMap, "ns", "cfg"),
+            ResourceEntry {
+                hash: "new".into(),
+                flags: Default::default(),
+            },
+        );
+        let queue = Arc::new(Queue::new(QueueConfig {
+            debounce: Duration::ZERO,
+            debounce_max: Duration::ZERO,
+            min_interval: Duration::ZERO,
+        }));
+        let (lead, leading) = tokio::sync::watch::channel(false);
+        let catch_up = CatchUp::new(
+            index.clone(),
+            queue.clone(),
+            Arc::default(),
+            [],
+            Leadership::from_channel(leading),
+        );
+        catch_up.kinds_listed(&[ResourceKind::ConfigMap]);
+        catch_up.workload_listed(&stale);
+        catch_up.all();
+        assert_eq!(queue.depth(), 0);
+        lead.send(true).unwrap();
+        catch_up.all();
+        assert_eq!(queue.next().await.0, stale);
     }
 }

@@ -25,6 +25,7 @@ use crate::index::Index;
 use crate::metrics::Metrics;
 use crate::outbound::alert::Alerter;
 use crate::outbound::notify::Notifier;
+use crate::reload::catch_up::CatchUp;
 use crate::reload::lease::{self, Leadership};
 use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Queue, QueueConfig};
@@ -178,6 +179,15 @@ async fn run(config: Config) -> Result<()> {
     });
     let webhook_task = serve_webhook(&config, admission, &metrics, &shutdown).await?;
 
+    let catch_up = config.webhook_url.is_none().then(|| {
+        CatchUp::new(
+            index.clone(),
+            queue.clone(),
+            scope.clone(),
+            config.plan.policy.ignored_workload_types.iter().copied(),
+            leadership.clone(),
+        )
+    });
     let ctx = Arc::new(Ctx {
         plan: config.plan.clone(),
         index: index.clone(),
@@ -192,6 +202,7 @@ async fn run(config: Config) -> Result<()> {
         scope: scope.clone(),
         ready: ready.clone(),
         streaming_lists: streaming_lists(&client, config.streaming_lists).await,
+        catch_up: catch_up.clone(),
     });
     let watches = spawn_watches(&client, &config, &ctx, &builtin, &optional);
     // Every start-up watch is registered: only now may the last one to sync make the process ready.
@@ -220,14 +231,14 @@ async fn run(config: Config) -> Result<()> {
         }
     };
 
-    // Catch-up once every watch has synced, then the periodic consistency pass.
+    // The catch-up as the first sync proceeds, then the periodic consistency pass.
     let housekeeping = tokio::spawn(
         Housekeeping {
             index: index.clone(),
-            catch_up: config.webhook_url.is_none().then(|| queue.clone()),
+            catch_up,
+            queue: config.webhook_url.is_none().then(|| queue.clone()),
             metrics: metrics.clone(),
             scope: scope.clone(),
-            plan: config.plan.clone(),
             ready,
             leadership: leadership.clone(),
             consistency_interval: config.consistency_interval,

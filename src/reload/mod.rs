@@ -1,5 +1,6 @@
 //! Reloading: the queue that coalesces changes per workload and the writer that patches workloads.
 
+pub mod catch_up;
 pub mod error;
 pub mod lease;
 pub mod pause;

@@ -250,7 +250,7 @@ impl Handler<DynamicObject> for Workloads {
         }
     }
 
-    /// `live`: the first sync is followed by a full catch-up; later sightings are checked here.
+    /// `live`: a workload of a first list goes to the catch-up; later sightings are checked here.
     fn apply(&mut self, ctx: &Ctx, obj: DynamicObject, live: bool) {
         let value = match serde_json::to_value(&obj) {
             Ok(v) => v,
@@ -270,6 +270,10 @@ impl Handler<DynamicObject> for Workloads {
         if new && live {
             let created_at = obj.metadata.creation_timestamp.as_ref();
             ctx.reload_if_stale(&key, created_at.map(|t| t.0.as_second()));
+        } else if !live {
+            if let Some(catch_up) = &ctx.catch_up {
+                catch_up.workload_listed(&key);
+            }
         }
     }
 

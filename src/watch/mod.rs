@@ -25,6 +25,7 @@ use crate::core::ResourceKind;
 use crate::index::{Index, ResourceKey, WorkloadKey};
 use crate::metrics::Metrics;
 use crate::outbound::notify::Notifier;
+use crate::reload::catch_up::CatchUp;
 use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Pushed, Queue};
 
@@ -42,10 +43,10 @@ pub enum WatchPart {
 /// How far the first sync is: what the housekeeping's catch-up may compare yet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SyncProgress {
-    /// Kinds whose markers can be compared before everything has synced: every watch of the kind, every
-    /// workload watch and the scope have synced. ConfigMaps and Secrets only (the CSI watches are
-    /// not waited for).
-    pub comparable: Vec<ResourceKind>,
+    /// Kinds whose markers can be compared before everything has synced: every watch of the kind and
+    /// the scope have synced (workloads are compared as they are listed). ConfigMaps and Secrets only
+    /// (the CSI watches are not waited for).
+    pub listed: Vec<ResourceKind>,
     /// Every watch of the start-up has synced: ready.
     pub all: bool,
 }
@@ -72,11 +73,11 @@ impl Expected {
             return SyncProgress::default();
         }
         let waiting = |part: WatchPart| self.pending.values().any(|p| *p == part);
-        let base_synced = !waiting(WatchPart::Scope) && !waiting(WatchPart::Workloads);
+        let scope_known = !waiting(WatchPart::Scope);
         SyncProgress {
-            comparable: [ResourceKind::ConfigMap, ResourceKind::Secret]
+            listed: [ResourceKind::ConfigMap, ResourceKind::Secret]
                 .into_iter()
-                .filter(|k| base_synced && !waiting(WatchPart::Resources(*k)))
+                .filter(|k| scope_known && !waiting(WatchPart::Resources(*k)))
                 .collect(),
             all: self.pending.is_empty(),
         }
@@ -170,6 +171,8 @@ pub struct Ctx {
     pub ready: Arc<ReadyTracker>,
     /// First state streamed as watch events (`--streaming-lists`) rather than listed in pages.
     pub streaming_lists: bool,
+    /// Compares each workload of a first list with the current hashes; `None` with `--webhook-url`.
+    pub catch_up: Option<Arc<CatchUp>>,
 }
 
 impl Ctx {
@@ -350,10 +353,10 @@ mod tests {
     }
 
     #[test]
-    fn a_kind_is_comparable_once_its_watches_the_workloads_and_the_scope_synced() {
+    fn a_kind_is_listed_once_its_watches_and_the_scope_synced() {
         let tracker = ReadyTracker::new(|| {});
         let progress = tracker.progress();
-        let comparable = || progress.borrow().comparable.clone();
+        let listed = || progress.borrow().listed.clone();
         tracker.expect("namespaces", WatchPart::Scope);
         for ns in ["a", "b"] {
             tracker.expect(
@@ -371,40 +374,43 @@ mod tests {
         tracker.synced("Deployment/a");
         tracker.synced("Deployment/b");
         // Not sealed: more watches may come.
-        assert!(comparable().is_empty());
+        assert!(listed().is_empty());
         tracker.seal();
         // The scope is not known yet.
-        assert!(comparable().is_empty());
+        assert!(listed().is_empty());
         tracker.synced("namespaces");
-        assert_eq!(comparable(), [ResourceKind::ConfigMap]);
+        assert_eq!(listed(), [ResourceKind::ConfigMap]);
         tracker.synced("secrets/a");
-        assert_eq!(comparable(), [ResourceKind::ConfigMap]);
+        assert_eq!(listed(), [ResourceKind::ConfigMap]);
         assert!(!progress.borrow().all);
         tracker.synced("secrets/b");
-        assert_eq!(
-            comparable(),
-            [ResourceKind::ConfigMap, ResourceKind::Secret]
-        );
+        assert_eq!(listed(), [ResourceKind::ConfigMap, ResourceKind::Secret]);
         assert!(progress.borrow().all);
     }
 
     #[test]
-    fn nothing_is_comparable_while_a_workload_watch_lists() {
+    fn a_kind_is_listed_while_the_workload_watches_still_list() {
         let tracker = ReadyTracker::new(|| {});
         tracker.expect(
             "configmaps/*",
             WatchPart::Resources(ResourceKind::ConfigMap),
         );
+        tracker.expect("secrets/*", WatchPart::Resources(ResourceKind::Secret));
         tracker.expect("Deployment/*", WatchPart::Workloads);
-        tracker.expect("StatefulSet/*", WatchPart::Workloads);
         tracker.seal();
         tracker.synced("configmaps/*");
-        tracker.synced("Deployment/*");
-        assert!(tracker.progress().borrow().comparable.is_empty());
-        tracker.synced("StatefulSet/*");
         assert_eq!(
-            tracker.progress().borrow().comparable,
+            tracker.progress().borrow().listed,
+            [ResourceKind::ConfigMap]
+        );
+        tracker.synced("secrets/*");
+        assert_eq!(
+            tracker.progress().borrow().listed,
             [ResourceKind::ConfigMap, ResourceKind::Secret]
         );
+        // Listed is not ready: the workloads are still listing.
+        assert!(!tracker.progress().borrow().all);
+        tracker.synced("Deployment/*");
+        assert!(tracker.progress().borrow().all);
     }
 }
