@@ -461,3 +461,117 @@ pub async fn spcs(client: Client, namespace: Option<String>, ctx: Arc<Ctx>) {
     let config = ctx.list_config(watcher::Config::default());
     driver::run(api, config, id, Classes { namespace }, ctx).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::hash::secret_hash_typed;
+    use crate::metrics::Metrics;
+    use crate::reload::pause::PauseReconciler;
+    use crate::reload::queue::{Queue, QueueConfig};
+    use crate::watch::ReadyTracker;
+    use hyper::{Request, Response};
+    use kube::client::Body;
+    use serde_json::json;
+
+    /// An apiserver that refuses Secrets in protobuf (406): the same watch goes on in JSON, with the
+    /// same selectors and a streamed first state, and its Secrets reach the index.
+    #[tokio::test]
+    async fn the_secrets_watch_goes_on_in_json_when_protobuf_is_refused() {
+        let (client, mut handle) = crate::mock_api::client();
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "app", "namespace": "pbfix", "resourceVersion": "11"},
+            "data": {"password": "czNjcjN0"}});
+        let bookmark = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"resourceVersion": "12",
+                "annotations": {"k8s.io/initial-events-end": "true"}}});
+        let stream = format!(
+            "{}\n{}\n",
+            json!({"type": "ADDED", "object": secret}),
+            json!({"type": "BOOKMARK", "object": bookmark})
+        );
+        let server = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let answers: [(u16, Vec<u8>); 2] = [
+                (406, b"not acceptable".to_vec()),
+                (200, stream.into_bytes()),
+            ];
+            for (status, body) in answers {
+                let (request, send) = handle.next_request().await.expect("a request");
+                let request: Request<Body> = request;
+                let accept = request
+                    .headers()
+                    .get("accept")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                seen.push((
+                    accept,
+                    request.uri().query().unwrap_or_default().to_string(),
+                ));
+                send.send_response(
+                    Response::builder()
+                        .status(status)
+                        .body(Body::from(body))
+                        .unwrap(),
+                );
+            }
+            // The JSON watch resumes after its first state; that request is left unanswered.
+            let resumed = handle.next_request().await.expect("the watch resumes");
+            (
+                seen,
+                resumed.0.uri().query().unwrap_or_default().to_string(),
+            )
+        });
+
+        let index = Arc::new(crate::index::Index::new());
+        let synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ready = ReadyTracker::new({
+            let synced = synced.clone();
+            move || synced.store(true, std::sync::atomic::Ordering::SeqCst)
+        });
+        ready.expect("secrets/pbfix", WatchPart::Resources(ResourceKind::Secret));
+        ready.seal();
+        let ctx = Arc::new(Ctx {
+            plan: PlanConfig::default(),
+            index: index.clone(),
+            sink: Sink::Reload {
+                queue: Arc::new(Queue::new(QueueConfig {
+                    debounce: std::time::Duration::ZERO,
+                    debounce_max: std::time::Duration::ZERO,
+                    min_interval: std::time::Duration::ZERO,
+                })),
+                pause: PauseReconciler::new(client.clone(), Default::default()),
+            },
+            metrics: Arc::new(Metrics::new(&mut Default::default(), false)),
+            scope: Arc::default(),
+            ready,
+            streaming_lists: true,
+            catch_up: None,
+        });
+        let config = ctx.list_config(watcher::Config::default().fields("type!=helm.sh/release.v1"));
+        let watch = tokio::spawn(secrets(client, config, Some("pbfix".into()), ctx));
+
+        let (seen, resumed) = tokio::time::timeout(std::time::Duration::from_secs(10), server)
+            .await
+            .expect("the watch went on")
+            .unwrap();
+        watch.abort();
+        assert_eq!(seen[0].0, super::super::protobuf::ACCEPT);
+        assert!(!seen[1].0.contains("protobuf"), "{:?}", seen[1]);
+        for (_, query) in &seen {
+            assert!(
+                query.contains("fieldSelector=type%21%3Dhelm.sh%2Frelease.v1"),
+                "{query}"
+            );
+            assert!(query.contains("sendInitialEvents=true"), "{query}");
+        }
+        assert!(resumed.contains("resourceVersion=12"), "{resumed}");
+        let want: Secret = serde_json::from_value(secret).unwrap();
+        let entry = index
+            .resource(&ResourceKey::new(ResourceKind::Secret, "pbfix", "app"))
+            .expect("the Secret is indexed");
+        assert_eq!(&*entry.hash, secret_hash_typed(&want));
+        assert!(synced.load(std::sync::atomic::Ordering::SeqCst));
+    }
+}

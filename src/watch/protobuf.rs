@@ -27,7 +27,7 @@ use prost::Message;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 use tokio_util::io::StreamReader;
 
-const ACCEPT: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+pub(super) const ACCEPT: &str = "application/vnd.kubernetes.protobuf;stream=watch";
 /// What every protobuf-encoded object starts with, before its `runtime.Unknown` envelope.
 const MAGIC: &[u8] = b"k8s\0";
 /// A Secret is at most 1 MiB of data; the frame limit leaves room for its metadata.
