@@ -7,7 +7,9 @@
 //! S8 (the writer at a fixed pace, with and without a busy writer of the same Deployments, and a
 //! ConfigMap + Secret pair) and S9 (index memory per object) run in both modes; `--only writer` runs
 //! S3 at 1,000 and 5,000 Deployments, S8 and S9 alone and writes bench/results/writer.{json,md};
-//! `--only s8` and `--only s9` run one of them (bench/results/s8.* or s9.*).
+//! `--only s8` and `--only s9` run one of them (bench/results/s8.* or s9.*). `--only s5` runs S5 alone
+//! in rounds (REKINDLE_BENCH_S5_ROUNDS, 3), taking turns with the `--vs` binary if one is given
+//! (bench/results/s5.*).
 //!
 //! Sizes: REKINDLE_BENCH_S9_STEP (10000), REKINDLE_BENCH_S1_PAIRS (100), REKINDLE_BENCH_S1_UPDATES (500), REKINDLE_BENCH_S2_WORKLOADS (500),
 //! REKINDLE_BENCH_S3_WORKLOADS (5000), REKINDLE_BENCH_S4_SECRETS (comma list, 20000),
@@ -998,8 +1000,9 @@ async fn main() -> Result<()> {
         });
     match only {
         Some(part @ ("writer" | "s8" | "s9")) => return writer_only(&client, s9_step, part).await,
+        Some("s5") => return s5_only(&client, vs).await,
         Some("s6") => return s6_only(&client).await,
-        Some(other) => anyhow::bail!("--only {other}: expected writer, s6, s8 or s9"),
+        Some(other) => anyhow::bail!("--only {other}: expected writer, s5, s6, s8 or s9"),
         None => {}
     }
     let sizes = Sizes {
@@ -1128,6 +1131,102 @@ async fn main() -> Result<()> {
     let mut md = markdown(&report, &sizes);
     md += &writer::markdown(&report["s8_writer"], &report["s9_index_memory"], &[]);
     std::fs::write(dir.join("report.md"), &md)?;
+    println!("{md}");
+    Ok(())
+}
+
+/// `--only s5`: the webhook alone, in rounds, taking turns with the `--vs` binary (the first to start
+/// alternates); bench/results/s5.{json,md} with each round and the medians.
+async fn s5_only(client: &Client, vs: Option<PathBuf>) -> Result<()> {
+    let rounds = env_usize("REKINDLE_BENCH_S5_ROUNDS", 3).max(1);
+    let seconds = env_usize("REKINDLE_BENCH_S5_SECONDS", 10) as u64;
+    let mut builds: Vec<(String, Option<PathBuf>)> = vec![("this build".into(), None)];
+    if let Some(b) = vs {
+        builds.push((b.display().to_string(), Some(b)));
+    }
+    let mut runs: Vec<Vec<Value>> = vec![Vec::new(); builds.len()];
+    for round in 0..rounds {
+        for turn in 0..builds.len() {
+            let i = (turn + round) % builds.len();
+            eprintln!("S5 round {} of {rounds}, {} …", round + 1, builds[i].0);
+            let mut r = s5(client, seconds, builds[i].1.clone()).await?;
+            // Percentiles are kept; 10,000 samples per phase are not.
+            for phase in ["/at_1000_rps", "/pinned/at_1000_rps"] {
+                if let Some(Value::Object(m)) = r.pointer_mut(phase) {
+                    m.remove("samples_ms");
+                }
+            }
+            runs[i].push(r);
+        }
+    }
+    let rows: [(&str, &str, usize); 6] = [
+        ("p50 at 1000 req/s, ms", "/at_1000_rps/p50_ms", 3),
+        ("p99 at 1000 req/s, ms", "/at_1000_rps/p99_ms", 3),
+        (
+            "handler p99 at 1000 req/s, ≤ ms",
+            "/at_1000_rps/handler/p99_bucket_le_ms",
+            2,
+        ),
+        (
+            "handler mean at 1000 req/s, ms",
+            "/at_1000_rps/handler/mean_ms",
+            3,
+        ),
+        (
+            "max sustained, 32 connections, req/s",
+            "/max_sustained_rps",
+            0,
+        ),
+        (
+            "server CPU per request at max, µs",
+            "/server_cpu_us_per_request",
+            0,
+        ),
+    ];
+    let median = |mut v: Vec<f64>| -> Option<f64> {
+        v.retain(|x| x.is_finite());
+        v.sort_by(f64::total_cmp);
+        (!v.is_empty()).then(|| v[v.len() / 2])
+    };
+    let mut md = format!(
+        "# S5 the webhook alone\n\nA Deployment's AdmissionReview over keep-alive TLS from a separate process, {seconds} s at 1,000 req/s then as fast as 32 connections go, {rounds} rounds taking turns (the first to start alternates). *Shared*: client and server share the cores; *pinned*: rekindle on core 1, the client on core 0. *Handler*: rekindle's own `rekindle_admission_duration_seconds` (parse, decide, patch; no TLS or HTTP), as a bucket bound. Medians over the rounds. `just bench-load --only s5`.\n\n| build | measure | shared | pinned | shared, each round | pinned, each round |\n|---|---|---|---|---|---|\n"
+    );
+    let mut report = Vec::new();
+    for ((label, _), runs) in builds.iter().zip(&runs) {
+        for (measure, key, digits) in rows {
+            let per_round = |prefix: &str| -> Vec<f64> {
+                runs.iter()
+                    .map(|r| {
+                        r.pointer(&format!("{prefix}{key}"))
+                            .and_then(Value::as_f64)
+                            .unwrap_or(f64::NAN)
+                    })
+                    .collect()
+            };
+            let cell = |v: Option<f64>| v.map_or("—".into(), |x| format!("{x:.digits$}"));
+            let list = |v: &[f64]| {
+                v.iter()
+                    .map(|x| cell(x.is_finite().then_some(*x)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let (shared, pinned) = (per_round(""), per_round("/pinned"));
+            md += &format!(
+                "| {label} | {measure} | {} | {} | {} | {} |\n",
+                cell(median(shared.clone())),
+                cell(median(pinned.clone())),
+                list(&shared),
+                list(&pinned)
+            );
+        }
+        report.push(json!({"build": label, "rounds": runs}));
+    }
+    let dir = std::env::var_os("REKINDLE_BENCH_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| e2e::root().join("bench/results"));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("s5.json"), serde_json::to_string_pretty(&report)?)?;
+    std::fs::write(dir.join("s5.md"), &md)?;
     println!("{md}");
     Ok(())
 }
