@@ -336,10 +336,13 @@ impl Admission {
         let Some(lookup) = &self.lookup else {
             return Vec::new();
         };
+        // The absent cache first: it is one map read, where the policy is a plan per reference, and a
+        // workload whose resources are missing is admitted again and again (a crash-looping rollout).
         entry
             .refs
             .iter()
             .filter(|r| !hashes.contains_key(*r) && entry.marker(r).is_none())
+            .filter(|r| lookup.wanted(&ResourceKey::new(r.kind, namespace, &r.name)))
             .filter(|r| {
                 let change = Change {
                     kind: r.kind,
@@ -354,7 +357,6 @@ impl Admission {
                     .reload
             })
             .map(|r| ResourceKey::new(r.kind, namespace, &r.name))
-            .filter(|k| lookup.wanted(k))
             .collect()
     }
 

@@ -154,8 +154,8 @@ impl Metrics {
             admission_requests: Family::default(),
             // Finer than the apiserver's own webhook buckets, so p99 under 1 ms is visible.
             admission_duration: Histogram::new([
-                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                1.0, 2.5,
+                0.00005, 0.000075, 0.0001, 0.00015, 0.0002, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
             ]),
             reloads_coalesced: Counter::default(),
             workload_reads: Family::default(),

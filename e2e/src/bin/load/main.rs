@@ -1186,7 +1186,8 @@ async fn s5_only(client: &Client, vs: Option<PathBuf>) -> Result<()> {
     let median = |mut v: Vec<f64>| -> Option<f64> {
         v.retain(|x| x.is_finite());
         v.sort_by(f64::total_cmp);
-        (!v.is_empty()).then(|| v[v.len() / 2])
+        let n = v.len();
+        (n > 0).then(|| (v[(n - 1) / 2] + v[n / 2]) / 2.0)
     };
     let mut md = format!(
         "# S5 the webhook alone\n\nA Deployment's AdmissionReview over keep-alive TLS from a separate process, {seconds} s at 1,000 req/s then as fast as 32 connections go, {rounds} rounds taking turns (the first to start alternates). *Shared*: client and server share the cores; *pinned*: rekindle on core 1, the client on core 0. *Handler*: rekindle's own `rekindle_admission_duration_seconds` (parse, decide, patch; no TLS or HTTP), as a bucket bound. Medians over the rounds. `just bench-load --only s5`.\n\n| build | measure | shared | pinned | shared, each round | pinned, each round |\n|---|---|---|---|---|---|\n"
