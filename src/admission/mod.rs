@@ -337,13 +337,14 @@ impl Admission {
             return Vec::new();
         };
         // The absent cache first: it is one map read, where the policy is a plan per reference, and a
-        // workload whose resources are missing is admitted again and again (a crash-looping rollout).
+        // workload whose resources are missing is admitted again on every update.
         entry
             .refs
             .iter()
             .filter(|r| !hashes.contains_key(*r) && entry.marker(r).is_none())
-            .filter(|r| lookup.wanted(&ResourceKey::new(r.kind, namespace, &r.name)))
-            .filter(|r| {
+            .map(|r| (r, ResourceKey::new(r.kind, namespace, &r.name)))
+            .filter(|(_, key)| lookup.wanted(key))
+            .filter(|(r, _)| {
                 let change = Change {
                     kind: r.kind,
                     name: &r.name,
@@ -356,7 +357,7 @@ impl Admission {
                     .decision
                     .reload
             })
-            .map(|r| ResourceKey::new(r.kind, namespace, &r.name))
+            .map(|(_, key)| key)
             .collect()
     }
 

@@ -55,6 +55,21 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// The median of the values, `None` for none.
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| percentile(&v, 50.0))
+}
+
+/// Where reports are written: REKINDLE_BENCH_OUT, else bench/results; created if missing.
+fn results_dir() -> Result<PathBuf> {
+    let dir = std::env::var_os("REKINDLE_BENCH_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| e2e::root().join("bench/results"));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
 fn summary(mut ms: Vec<f64>) -> Value {
     ms.sort_by(|a, b| a.total_cmp(b));
     json!({"n": ms.len(), "p50_ms": percentile(&ms, 50.0), "p95_ms": percentile(&ms, 95.0), "p99_ms": percentile(&ms, 99.0),
@@ -827,9 +842,7 @@ async fn s4_with(
         ns.cleanup().await?;
     }
     let median_of = |runs: &[Value], field: &str| {
-        let mut v: Vec<f64> = runs.iter().filter_map(|r| r[field].as_f64()).collect();
-        v.sort_by(f64::total_cmp);
-        (!v.is_empty()).then(|| percentile(&v, 50.0))
+        median(runs.iter().filter_map(|r| r[field].as_f64()).collect())
     };
     let median = |field: &str| median_of(&runs, field);
     let vs_report = vs.as_ref().map(|bin| {
@@ -1068,10 +1081,7 @@ async fn main() -> Result<()> {
     if let (Some(b), Some(r)) = (&vs, &vs_run) {
         report["vs"] = json!({"binary": b.display().to_string(), "results": r});
     }
-    let dir = std::env::var_os("REKINDLE_BENCH_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| e2e::root().join("bench/results"));
-    std::fs::create_dir_all(&dir)?;
+    let dir = results_dir()?;
     std::fs::write(
         dir.join("report.json"),
         serde_json::to_string_pretty(&report)?,
@@ -1183,31 +1193,22 @@ async fn s5_only(client: &Client, vs: Option<PathBuf>) -> Result<()> {
             0,
         ),
     ];
-    let median = |mut v: Vec<f64>| -> Option<f64> {
-        v.retain(|x| x.is_finite());
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        (n > 0).then(|| (v[(n - 1) / 2] + v[n / 2]) / 2.0)
-    };
     let mut md = format!(
         "# S5 the webhook alone\n\nA Deployment's AdmissionReview over keep-alive TLS from a separate process, {seconds} s at 1,000 req/s then as fast as 32 connections go, {rounds} rounds taking turns (the first to start alternates). *Shared*: client and server share the cores; *pinned*: rekindle on core 1, the client on core 0. *Handler*: rekindle's own `rekindle_admission_duration_seconds` (parse, decide, patch; no TLS or HTTP), as a bucket bound. Medians over the rounds. `just bench-load --only s5`.\n\n| build | measure | shared | pinned | shared, each round | pinned, each round |\n|---|---|---|---|---|---|\n"
     );
     let mut report = Vec::new();
     for ((label, _), runs) in builds.iter().zip(&runs) {
         for (measure, key, digits) in rows {
+            // A phase that did not run (no pinned phase on one core) has no value in that round.
             let per_round = |prefix: &str| -> Vec<f64> {
                 runs.iter()
-                    .map(|r| {
-                        r.pointer(&format!("{prefix}{key}"))
-                            .and_then(Value::as_f64)
-                            .unwrap_or(f64::NAN)
-                    })
+                    .filter_map(|r| r.pointer(&format!("{prefix}{key}")).and_then(Value::as_f64))
                     .collect()
             };
             let cell = |v: Option<f64>| v.map_or("—".into(), |x| format!("{x:.digits$}"));
             let list = |v: &[f64]| {
                 v.iter()
-                    .map(|x| cell(x.is_finite().then_some(*x)))
+                    .map(|x| cell(Some(*x)))
                     .collect::<Vec<_>>()
                     .join(", ")
             };
@@ -1222,10 +1223,7 @@ async fn s5_only(client: &Client, vs: Option<PathBuf>) -> Result<()> {
         }
         report.push(json!({"build": label, "rounds": runs}));
     }
-    let dir = std::env::var_os("REKINDLE_BENCH_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| e2e::root().join("bench/results"));
-    std::fs::create_dir_all(&dir)?;
+    let dir = results_dir()?;
     std::fs::write(dir.join("s5.json"), serde_json::to_string_pretty(&report)?)?;
     std::fs::write(dir.join("s5.md"), &md)?;
     println!("{md}");
@@ -1252,10 +1250,7 @@ async fn s6_only(client: &Client) -> Result<()> {
         runs.push(r);
     }
     let r = runs[0].clone();
-    let dir = std::env::var_os("REKINDLE_BENCH_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| e2e::root().join("bench/results"));
-    std::fs::create_dir_all(&dir)?;
+    let dir = results_dir()?;
     std::fs::write(dir.join("s6.json"), serde_json::to_string_pretty(&runs)?)?;
     let secs = |v: &Value| {
         v.as_f64()
@@ -1347,10 +1342,7 @@ async fn writer_only(client: &Client, s9_step: usize, name: &str) -> Result<()> 
     }
     let version = client.apiserver_version().await?.git_version;
     let report = json!({"kubernetes": version, "s3_needle": s3_runs, "s8_writer": s8, "s9_index_memory": s9});
-    let dir = std::env::var_os("REKINDLE_BENCH_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| e2e::root().join("bench/results"));
-    std::fs::create_dir_all(&dir)?;
+    let dir = results_dir()?;
     std::fs::write(
         dir.join(format!("{name}.json")),
         serde_json::to_string_pretty(&report)?,
