@@ -100,15 +100,27 @@ build_kwok() {
   mv "$BIN/kwok.tmp" "$BIN/kwok"
 }
 
+# helm as its release build makes it: besides the version, the Kubernetes version its client library is
+# built against (from k8s.io/client-go v0.N.x, as helm's Makefile derives it) becomes the default
+# `.Capabilities.KubeVersion` of `helm template` and `helm lint`; without it helm says v1.20 and a chart's
+# kubeVersion constraint fails offline. The marker file tells a helm built this way from an older build.
 build_helm() {
-  have helm && return 0
+  have helm && [ -f "$BIN/helm.release-ldflags" ] && return 0
   local dir="$WORK/helm-$HELM_VERSION"
   mkdir -p "$dir" && cd "$dir"
   [ -f go.mod ] || go mod init rekindle-e2e/helm >/dev/null 2>&1
   log "building helm $HELM_VERSION"
   go get -tool "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2
-  go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" -o "$BIN/helm.tmp" helm.sh/helm/v3/cmd/helm
+  local client_go minor pkg=helm.sh/helm/v3
+  client_go="$(go list -m -f '{{.Version}}' k8s.io/client-go)"   # v0.35.1
+  minor="$(echo "$client_go" | cut -d. -f2)"
+  go build -trimpath -ldflags "-s -w -X $pkg/internal/version.version=$HELM_VERSION \
+      -X $pkg/internal/version.metadata= -X $pkg/internal/version.gitTreeState=clean \
+      -X $pkg/pkg/lint/rules.k8sVersionMajor=1 -X $pkg/pkg/lint/rules.k8sVersionMinor=$minor \
+      -X $pkg/pkg/chartutil.k8sVersionMajor=1 -X $pkg/pkg/chartutil.k8sVersionMinor=$minor" \
+    -o "$BIN/helm.tmp" $pkg/cmd/helm
   mv "$BIN/helm.tmp" "$BIN/helm"
+  echo "k8s.io/client-go $client_go" >"$BIN/helm.release-ldflags"
 }
 
 build_coredns() {

@@ -30,23 +30,13 @@ pub fn helm(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8(out.stdout)?)
 }
 
-/// The Kubernetes version `helm template` renders for (the test clusters' minor).
-pub const KUBE_VERSION: &str = "1.35.0";
-
 /// `helm template` of the chart as JSON documents (hooks included unless `--no-hooks` is passed).
 pub fn render(release: &str, namespace: &str, args: &[&str]) -> Result<Vec<Value>> {
     let chart = root().join("charts/rekindle");
     let chart = chart.to_string_lossy();
-    // The chart requires Kubernetes >= 1.30; helm template assumes 1.20 unless told.
-    let mut all = vec![
-        "template",
-        release,
-        &chart,
-        "--namespace",
-        namespace,
-        "--kube-version",
-        KUBE_VERSION,
-    ];
+    // No --kube-version: helm renders for the Kubernetes its client library is built against, as the
+    // release build users run does (e2e/scripts/build-binaries.sh builds it that way).
+    let mut all = vec!["template", release, &chart, "--namespace", namespace];
     all.extend_from_slice(args);
     let yaml = helm(&all)?;
     let docs: Vec<Value> =

@@ -4,6 +4,7 @@
 pub mod chart;
 pub mod companions;
 pub mod fixtures;
+pub mod migration;
 pub mod prometheus;
 pub mod rekindle;
 

@@ -42,8 +42,9 @@ pub enum Command {
     /// Probe the admin server (for container probes and `helm test`; the image has no curl): GET each URL
     /// and exit 0 only when every one answers 2xx.
     Healthcheck(HealthcheckArgs),
-    /// Convert a values file written for Reloader's Helm chart (v2.2.x) into one for rekindle's chart:
-    /// YAML on stdout, a warning on stderr for each key that has no equivalent.
+    /// Convert a values file written for Reloader's Helm chart (v2.2.x) into one for rekindle's chart that
+    /// runs the same controller: YAML on stdout headed by a summary of it (scope, replicas), a warning on
+    /// stderr for each key not carried over.
     MigrateValues(MigrateValuesArgs),
 }
 
@@ -51,7 +52,7 @@ pub enum Command {
 pub struct MigrateValuesArgs {
     /// Reloader's values file.
     pub file: PathBuf,
-    /// The release namespace (needed for `reloader.watchGlobally: false`).
+    /// The namespace Reloader was installed in (named in the summary of a scoped install).
     #[arg(long)]
     pub namespace: Option<String>,
 }

@@ -79,9 +79,32 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s-cleanup" (include "rekindle.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/*
+The namespaces rekindle acts in, as a JSON list; empty means cluster-wide. rekindle.namespaces is a list
+or a comma-separated string. With rekindle.watchGlobally false the release namespace is always one of
+them (alone when no list is given), as in Reloader's chart.
+*/}}
+{{- define "rekindle.watchNamespaces" -}}
+{{- $r := .Values.rekindle -}}
+{{- $given := $r.namespaces | default list -}}
+{{- if kindIs "string" $given -}}
+{{- $given = splitList "," $given -}}
+{{- end -}}
+{{- $names := list -}}
+{{- range $given -}}
+{{- with (. | toString | trim) -}}
+{{- $names = append $names . -}}
+{{- end -}}
+{{- end -}}
+{{- if not $r.watchGlobally -}}
+{{- $names = append $names .Release.Namespace -}}
+{{- end -}}
+{{- $names | uniq | sortAlpha | toJson -}}
+{{- end -}}
+
 {{/* True (non-empty) when rekindle acts in listed namespaces only: namespaced Roles, no ClusterRole. */}}
 {{- define "rekindle.namespaced" -}}
-{{- if .Values.rekindle.namespaces -}}true{{- end -}}
+{{- if include "rekindle.watchNamespaces" . | fromJsonArray -}}true{{- end -}}
 {{- end -}}
 
 {{/* The RBAC rules rekindle needs, least privilege; the optional APIs only when enabled. */}}
@@ -168,14 +191,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if $r.enableCSIIntegration }}
 - --enable-csi-integration=true
 {{- end }}
-{{- if $r.namespaces }}
-- --namespaces={{ join "," $r.namespaces }}
-{{- end }}
+{{- if include "rekindle.namespaced" . }}
+- --namespaces={{ include "rekindle.watchNamespaces" . | fromJsonArray | join "," }}
+{{- else }}
+{{- /* Both apply cluster-wide only (rekindle ignores them otherwise, with a warning). */}}
 {{- if $r.namespacesToIgnore }}
 - --namespaces-to-ignore={{ join "," $r.namespacesToIgnore }}
 {{- end }}
 {{- if $r.namespaceSelector }}
 - --namespace-selector={{ $r.namespaceSelector }}
+{{- end }}
 {{- end }}
 {{- if $r.resourceLabelSelector }}
 - --resource-label-selector={{ $r.resourceLabelSelector }}
