@@ -164,7 +164,7 @@ async fn run(config: Config) -> Result<()> {
     let (builtin, optional) = workload_kinds(&config);
 
     // Admin server first, so probes answer (503) while the watches sync.
-    let admin_task = serve_admin(&config, health.clone(), registry, &shutdown).await?;
+    let mut admin_task = serve_admin(&config, health.clone(), registry, &shutdown).await?;
     let admission = Arc::new(Admission {
         plan: config.plan.clone(),
         scope: scope.clone(),
@@ -177,7 +177,7 @@ async fn run(config: Config) -> Result<()> {
             .admission_lookup
             .then(|| admission_lookup(&config, &client, &health, &metrics)),
     });
-    let webhook_task = serve_webhook(&config, admission, &metrics, &shutdown).await?;
+    let mut webhook_task = serve_webhook(&config, admission, &metrics, &shutdown).await?;
 
     let catch_up = config.webhook_url.is_none().then(|| {
         CatchUp::new(
@@ -195,7 +195,11 @@ async fn run(config: Config) -> Result<()> {
             Some(url) => Sink::Notify(Notifier::new(url, metrics.clone())?),
             None => Sink::Reload {
                 queue: queue.clone(),
-                pause: PauseReconciler::new(write_client.clone(), config.plan.policy.keys.clone()),
+                pause: PauseReconciler::new(
+                    write_client.clone(),
+                    config.plan.policy.keys.clone(),
+                    leadership.clone(),
+                ),
             },
         },
         metrics: metrics.clone(),
@@ -208,7 +212,7 @@ async fn run(config: Config) -> Result<()> {
     // Every start-up watch is registered: only now may the last one to sync make the process ready.
     ready.seal();
 
-    let writer_task = match config.webhook_url {
+    let mut writer_task = match config.webhook_url {
         Some(_) => {
             tracing::info!("--webhook-url: changes are POSTed there; no workload is touched");
             None
@@ -232,7 +236,7 @@ async fn run(config: Config) -> Result<()> {
     };
 
     // The catch-up as the first sync proceeds, then the periodic consistency pass.
-    let housekeeping = tokio::spawn(
+    let mut housekeeping = tokio::spawn(
         Housekeeping {
             index: index.clone(),
             catch_up,
@@ -247,7 +251,22 @@ async fn run(config: Config) -> Result<()> {
         .run(shutdown.clone()),
     );
 
-    wait_for_signal().await;
+    let ended = tokio::select! {
+        _ = wait_for_signal() => None,
+        ended = first_to_end(vec![
+            ("the writer", writer_task.as_mut()),
+            ("the admission webhook server", webhook_task.as_mut()),
+            ("the admin server", Some(&mut admin_task)),
+            ("the catch-up and consistency pass", Some(&mut housekeeping)),
+        ]) => Some(ended),
+    };
+    if let Some((task, how)) = ended {
+        // Live and Ready but silently not doing its job is worse than a restart: the catch-up of the
+        // next start repairs whatever this replica left undone.
+        shutdown.cancel();
+        health.set_ready(false);
+        anyhow::bail!("{task} stopped ({how}); exiting so the replica is restarted");
+    }
     tracing::info!("shutting down: failing readiness, draining");
     health.set_ready(false);
     metrics.ready.set(0);
@@ -273,6 +292,27 @@ async fn run(config: Config) -> Result<()> {
     let _ = admin_task.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Waits for the first of `tasks` (those present) to end, which none should before shutdown; its name and
+/// how it ended (returned, or panicked).
+async fn first_to_end(
+    tasks: Vec<(&'static str, Option<&mut tokio::task::JoinHandle<()>>)>,
+) -> (&'static str, String) {
+    let running: Vec<_> = tasks
+        .into_iter()
+        .filter_map(|(name, task)| task.map(|t| Box::pin(async move { (name, t.await) })))
+        .collect();
+    if running.is_empty() {
+        return std::future::pending().await;
+    }
+    let ((name, result), _, _) = futures::future::select_all(running).await;
+    let how = match result {
+        Ok(()) => "returned".to_string(),
+        Err(e) if e.is_panic() => "panicked".to_string(),
+        Err(e) => e.to_string(),
+    };
+    (name, how)
 }
 
 /// The workload kinds to watch: built-in kinds are always served; Argo Rollouts (when enabled) and
@@ -548,5 +588,31 @@ async fn wait_for_signal() {
         Err(_) => {
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_to_end;
+
+    #[tokio::test]
+    async fn a_critical_task_that_panics_or_returns_is_named() {
+        let mut forever = tokio::spawn(std::future::pending::<()>());
+        let mut panics = tokio::spawn(async { panic!("boom") });
+        let ended = first_to_end(vec![
+            ("the writer", Some(&mut forever)),
+            ("the webhook", None),
+            ("the admin server", Some(&mut panics)),
+        ])
+        .await;
+        assert_eq!(ended, ("the admin server", "panicked".to_string()));
+        let mut returns = tokio::spawn(async {});
+        let ended = first_to_end(vec![
+            ("the writer", Some(&mut forever)),
+            ("the housekeeping", Some(&mut returns)),
+        ])
+        .await;
+        assert_eq!(ended, ("the housekeeping", "returned".to_string()));
+        forever.abort();
     }
 }

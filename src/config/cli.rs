@@ -418,6 +418,46 @@ pub fn parse_listen_addr(flag: &'static str, value: &str) -> Result<SocketAddr, 
     })
 }
 
+/// Leader election needs lease duration > renew deadline > retry period > 0: a leader stops writing at
+/// its renew deadline, before another replica may take the Lease at the lease duration, and retries
+/// within it.
+fn leader_election_timings(args: &ServerArgs) -> Result<(), FlagError> {
+    let lease = duration(
+        "leader-election-lease-duration",
+        &args.leader_election_lease_duration,
+    )?;
+    let renew = duration(
+        "leader-election-renew-deadline",
+        &args.leader_election_renew_deadline,
+    )?;
+    let retry = duration(
+        "leader-election-retry-period",
+        &args.leader_election_retry_period,
+    )?;
+    if retry.is_zero() {
+        return Err(flag_err(
+            "leader-election-retry-period",
+            args.leader_election_retry_period.as_str(),
+            "must be more than 0",
+        ));
+    }
+    if renew <= retry {
+        return Err(flag_err(
+            "leader-election-renew-deadline",
+            args.leader_election_renew_deadline.as_str(),
+            "must be longer than --leader-election-retry-period",
+        ));
+    }
+    if lease <= renew {
+        return Err(flag_err(
+            "leader-election-lease-duration",
+            args.leader_election_lease_duration.as_str(),
+            "must be longer than --leader-election-renew-deadline",
+        ));
+    }
+    Ok(())
+}
+
 impl Config {
     /// Validates the flags. `env` looks up environment variables (KUBERNETES_NAMESPACE). Warnings name the
     /// flag and are for values Reloader also only warns about.
@@ -455,6 +495,7 @@ impl Config {
                 "must be at least 1",
             ));
         }
+        leader_election_timings(args)?;
         let streaming_lists = match args.streaming_lists.as_str() {
             "auto" => None,
             other => {
@@ -757,6 +798,38 @@ mod tests {
 
     fn err_flag(args: &[&str]) -> &'static str {
         parse(args).expect_err("should be refused").flag
+    }
+
+    #[test]
+    fn leader_election_timings_must_nest() {
+        let lease = "--leader-election-lease-duration";
+        let renew = "--leader-election-renew-deadline";
+        let retry = "--leader-election-retry-period";
+        for (args, flag) in [
+            (
+                vec![format!("{lease}=10s")],
+                "leader-election-lease-duration",
+            ),
+            (
+                vec![format!("{lease}=5s"), format!("{renew}=6s")],
+                "leader-election-lease-duration",
+            ),
+            (
+                vec![format!("{retry}=10s")],
+                "leader-election-renew-deadline",
+            ),
+            (vec![format!("{retry}=0s")], "leader-election-retry-period"),
+        ] {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            assert_eq!(err_flag(&args), flag, "{args:?}");
+        }
+        let (cfg, _) = parse(&[
+            "--leader-election-lease-duration=1500ms",
+            "--leader-election-renew-deadline=1s",
+            "--leader-election-retry-period=200ms",
+        ])
+        .unwrap();
+        assert_eq!(cfg.lease_duration, Duration::from_millis(1500));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! webhook and keeps its index warm; only the leader writes. Failover loses nothing: the new leader
 //! runs the catch-up pass, which compares markers with current hashes.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -26,36 +27,64 @@ pub struct LeaseConfig {
     pub retry_period: Duration,
 }
 
-/// Whether this replica may write. Without HA it is always true.
+/// Whether this replica may write. Without HA it is always true. With HA it ends at the renew deadline
+/// of the last successful renewal, on this replica's monotonic clock, whether or not the election task
+/// has run since: a replica cut off from the apiserver stops writing in time, before another can lead.
 #[derive(Clone)]
-pub struct Leadership(watch::Receiver<bool>);
+pub struct Leadership {
+    leading: watch::Receiver<bool>,
+    until: Arc<Mutex<Option<Instant>>>,
+}
 
 impl Leadership {
     pub fn always() -> Self {
         let (tx, rx) = watch::channel(true);
         // Keep the sender alive for the life of the process.
         std::mem::forget(tx);
-        Self(rx)
+        Self::from_channel(rx)
     }
 
-    /// Leadership as a test sets it.
-    #[cfg(test)]
-    pub fn from_channel(rx: watch::Receiver<bool>) -> Self {
-        Self(rx)
+    /// Leadership as a test sets it (no deadline).
+    pub fn from_channel(leading: watch::Receiver<bool>) -> Self {
+        Self {
+            leading,
+            until: Arc::default(),
+        }
+    }
+
+    fn until(&self) -> Option<Instant> {
+        *self.until.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn is_leader(&self) -> bool {
-        *self.0.borrow()
+        *self.leading.borrow() && self.until().is_none_or(|t| Instant::now() < t)
     }
 
     /// Waits until this replica leads.
     pub async fn acquired(&mut self) {
-        let _ = self.0.wait_for(|l| *l).await;
+        while !self.is_leader() {
+            if self.leading.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
     }
 
-    /// Waits until this replica stops leading.
+    /// Waits until this replica stops leading: the election says so, or the deadline passes first.
     pub async fn lost(&mut self) {
-        let _ = self.0.wait_for(|l| !*l).await;
+        while self.is_leader() {
+            let deadline = self.until();
+            tokio::select! {
+                changed = self.leading.changed() => if changed.is_err() { return std::future::pending().await },
+                _ = sleep_until_some(deadline) => {}
+            }
+        }
+    }
+}
+
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -77,7 +106,16 @@ impl Election {
     }
 }
 
-/// Runs the election until `shutdown`. Leadership ends at `shutdown`; the Lease itself is released by
+/// A Lease record as last read, and when this replica saw it change (its own monotonic clock). Another
+/// replica's lease is expired once it has not changed for its duration here; the timestamps written in it
+/// come from other clocks and are never compared with this one (as client-go's leader election does).
+struct Observed {
+    record: (String, Option<MicroTime>, Option<i32>),
+    at: Instant,
+}
+
+/// Runs the election until `shutdown`. Every attempt is bounded: a leader's by its renew deadline, a
+/// follower's by one renew deadline. Leadership ends at `shutdown`; the Lease itself is released by
 /// [`Election::step_down`], which the caller awaits after its last write.
 pub fn start(
     client: Client,
@@ -85,34 +123,46 @@ pub fn start(
     shutdown: CancellationToken,
 ) -> (Leadership, Election) {
     let (tx, rx) = watch::channel(false);
+    let leadership = Leadership {
+        leading: rx,
+        until: Arc::default(),
+    };
+    let until = leadership.until.clone();
+    let set_until = move |t: Option<Instant>| *until.lock().unwrap_or_else(|e| e.into_inner()) = t;
     let task = tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
-        let mut last_renew: Option<Instant> = None;
+        let mut observed = None;
+        let mut deadline: Option<Instant> = None;
         loop {
+            let started = Instant::now();
             let leading = *tx.borrow();
-            match try_acquire_or_renew(&api, &cfg).await {
-                Ok(true) => {
-                    last_renew = Some(Instant::now());
+            let bound = deadline
+                .filter(|_| leading)
+                .unwrap_or(started + cfg.renew_deadline);
+            let attempt = try_acquire_or_renew(&api, &cfg, &mut observed);
+            match tokio::time::timeout_at(bound, attempt).await {
+                Ok(Ok(true)) => {
+                    deadline = Some(started + cfg.renew_deadline);
+                    set_until(deadline);
                     if !leading {
                         tracing::info!(identity = %cfg.identity, "became the leader");
                         let _ = tx.send(true);
                     }
                 }
-                Ok(false) => {
+                Ok(Ok(false)) => {
                     if leading {
                         tracing::warn!("lost the Lease to another replica");
                         let _ = tx.send(false);
                     }
                 }
-                Err(e) => {
-                    tracing::debug!(error = %e, "Lease update failed");
-                    if leading && last_renew.is_none_or(|t| t.elapsed() > cfg.renew_deadline) {
-                        tracing::warn!(
-                            "could not renew the Lease within the deadline; stepping down"
-                        );
-                        let _ = tx.send(false);
-                    }
-                }
+                Ok(Err(e)) => tracing::debug!(error = %e, "Lease update failed"),
+                Err(_) => tracing::debug!("Lease update timed out"),
+            }
+            if *tx.borrow() && deadline.is_some_and(|d| Instant::now() >= d) {
+                tracing::warn!(
+                    "could not renew the Lease within the renew deadline; stepping down"
+                );
+                let _ = tx.send(false);
             }
             tokio::select! {
                 _ = tokio::time::sleep(cfg.retry_period) => {}
@@ -123,13 +173,21 @@ pub fn start(
         let _ = tx.send(false);
         leading.then_some((api, cfg))
     });
-    (Leadership(rx), Election(task))
+    (leadership, Election(task))
 }
 
-async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool, kube::Error> {
-    let secs = i32::try_from(cfg.lease_duration.as_secs())
-        .unwrap_or(15)
-        .max(1);
+/// The Lease's `leaseDurationSeconds` for a duration: whole seconds, rounded up.
+fn lease_seconds(d: Duration) -> i32 {
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    i32::try_from(secs).unwrap_or(i32::MAX).max(1)
+}
+
+async fn try_acquire_or_renew(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    observed: &mut Option<Observed>,
+) -> Result<bool, kube::Error> {
+    let secs = lease_seconds(cfg.lease_duration);
     let Some(mut lease) = api.get_opt(&cfg.name).await? else {
         let lease: Lease = serde_json::from_value(json!({
             "metadata": {"name": cfg.name},
@@ -144,11 +202,18 @@ async fn try_acquire_or_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<boo
     };
     let spec = lease.spec.get_or_insert_with(Default::default);
     let holder = spec.holder_identity.clone().unwrap_or_default();
+    let record = (
+        holder.clone(),
+        spec.renew_time.clone(),
+        spec.lease_duration_seconds,
+    );
+    let seen = Instant::now();
+    if observed.as_ref().is_none_or(|o| o.record != record) {
+        *observed = Some(Observed { record, at: seen });
+    }
+    let since = observed.as_ref().map_or(seen, |o| o.at);
     let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(secs).max(1) as u64);
-    let expired = spec.renew_time.as_ref().is_none_or(|t| {
-        let age = jiff::Timestamp::now().duration_since(t.0);
-        age.is_negative() || Duration::try_from(age).unwrap_or_default() > duration
-    });
+    let expired = seen >= since + duration;
     if holder != cfg.identity && !holder.is_empty() && !expired {
         return Ok(false);
     }
@@ -228,10 +293,25 @@ mod tests {
     async fn acquire(
         answer: impl FnMut(&crate::mock_api::Seen) -> (u16, Value) + Send + 'static,
     ) -> (Result<bool, kube::Error>, crate::mock_api::ApiServer) {
+        acquire_after(answer, &[]).await
+    }
+
+    /// One acquire-or-renew, then one more after each wait (on this replica's clock, paused in the
+    /// test); the last outcome and every request.
+    async fn acquire_after(
+        answer: impl FnMut(&crate::mock_api::Seen) -> (u16, Value) + Send + 'static,
+        waits: &[u64],
+    ) -> (Result<bool, kube::Error>, crate::mock_api::ApiServer) {
         let (client, handle) = client();
         let server = tokio::spawn(serve(handle, answer));
         let api: Api<Lease> = Api::namespaced(client, "rekindle");
-        let won = try_acquire_or_renew(&api, &config()).await;
+        let mut observed = None;
+        let mut won = try_acquire_or_renew(&api, &config(), &mut observed).await;
+        for wait in waits {
+            assert!(!won.as_ref().is_ok_and(|w| *w), "led before the last wait");
+            tokio::time::advance(Duration::from_secs(*wait)).await;
+            won = try_acquire_or_renew(&api, &config(), &mut observed).await;
+        }
         drop(api);
         (won, server.await.unwrap())
     }
@@ -277,16 +357,20 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn an_expired_lease_is_taken_over_by_compare_and_swap() {
-        let (won, server) = acquire(|s| match s.method {
-            Method::GET => (200, lease("pod-b", 60)),
-            _ => (200, s.body.clone()),
-        })
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_unchanged_for_its_duration_on_this_clock_is_taken_over_by_compare_and_swap() {
+        let held = lease("pod-b", 0);
+        let (won, server) = acquire_after(
+            move |s| match s.method {
+                Method::GET => (200, held.clone()),
+                _ => (200, s.body.clone()),
+            },
+            &[14, 2],
+        )
         .await;
-        assert!(won.unwrap());
-        assert_eq!(methods(&server), ["GET", "PUT"]);
-        let put = &server.requests[1].body;
+        assert!(won.unwrap(), "15 s without a change, as seen here");
+        assert_eq!(methods(&server), ["GET", "GET", "GET", "PUT"]);
+        let put = &server.requests[3].body;
         assert_eq!(
             put["metadata"]["resourceVersion"], "41",
             "the swap is conditional on the read"
@@ -295,14 +379,101 @@ mod tests {
         assert_eq!(put["spec"]["leaseTransitions"], 4);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn losing_the_swap_to_another_replica_is_not_leading() {
-        let (won, _) = acquire(|s| match s.method {
-            Method::GET => (200, lease("pod-b", 60)),
-            _ => (409, status(409, "Conflict", "the object has been modified")),
-        })
+        let held = lease("pod-b", 60);
+        let (won, server) = acquire_after(
+            move |s| match s.method {
+                Method::GET => (200, held.clone()),
+                _ => (409, status(409, "Conflict", "the object has been modified")),
+            },
+            &[16],
+        )
         .await;
         assert!(!won.unwrap());
+        assert_eq!(methods(&server), ["GET", "GET", "PUT"]);
+    }
+
+    /// The renewTime another replica wrote is never compared with this clock: a record stale by an hour
+    /// (a clock behind) or an hour in the future (a clock ahead, or a third party) is live until it has
+    /// not changed for its duration here, and a record that keeps changing is never taken.
+    #[tokio::test(start_paused = true)]
+    async fn other_clocks_never_decide_expiry() {
+        for offset in [3600, -3600] {
+            let held = lease("pod-b", offset);
+            let (won, server) = acquire_after(
+                move |s| match s.method {
+                    Method::GET => (200, held.clone()),
+                    _ => (200, s.body.clone()),
+                },
+                &[14],
+            )
+            .await;
+            assert!(!won.unwrap(), "renewTime {offset} s off");
+            assert_eq!(methods(&server), ["GET", "GET"]);
+        }
+        let mut renewals = 0;
+        let (won, server) = acquire_after(
+            move |s| match s.method {
+                Method::GET => {
+                    renewals += 1;
+                    (200, lease("pod-b", 3600 + renewals))
+                }
+                _ => (200, s.body.clone()),
+            },
+            &[10, 10, 10],
+        )
+        .await;
+        assert!(!won.unwrap(), "a holder that renews keeps its Lease");
+        assert!(methods(&server).iter().all(|m| m == "GET"));
+    }
+
+    #[test]
+    fn sub_second_durations_round_up_to_whole_seconds() {
+        assert_eq!(lease_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(lease_seconds(Duration::from_secs(15)), 15);
+        assert_eq!(lease_seconds(Duration::from_millis(300)), 1);
+    }
+
+    /// A leader whose apiserver stops answering (a partition: nothing refused, nothing answered) stops
+    /// leading at its renew deadline, while its renewal still hangs.
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_cut_off_from_the_apiserver_stops_leading_at_its_renew_deadline() {
+        let (client, mut handle) = client();
+        let shutdown = CancellationToken::new();
+        let (mut leadership, _election) = start(client, config(), shutdown.clone());
+        let answer = |status: u16, body: Value| {
+            http::Response::builder()
+                .status(status)
+                .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                .unwrap()
+        };
+        let (_, send) = handle.next_request().await.unwrap();
+        send.send_response(answer(404, status(404, "NotFound", "not found")));
+        let (request, send) = handle.next_request().await.unwrap();
+        assert_eq!(request.method(), Method::POST);
+        let acquired_at = Instant::now();
+        send.send_response(answer(201, lease("pod-a", 0)));
+        leadership.acquired().await;
+        // From now on requests are taken and never answered.
+        let hung = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Some(r) = handle.next_request().await {
+                held.push(r);
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(60), leadership.lost())
+            .await
+            .expect("still leading a minute after the apiserver stopped answering");
+        let led_for = acquired_at.elapsed();
+        assert!(!leadership.is_leader());
+        assert!(
+            led_for <= config().renew_deadline,
+            "led {led_for:?} after the last renewal"
+        );
+        assert!(led_for >= config().renew_deadline - Duration::from_millis(10));
+        shutdown.cancel();
+        hung.abort();
     }
 
     #[tokio::test]

@@ -17,20 +17,25 @@ use crate::core::pause::{self, resume_at, resume_ops};
 use crate::core::policy::AnnotationKeys;
 use crate::core::WorkloadKind;
 use crate::index::WorkloadKey;
+use crate::reload::lease::Leadership;
 use crate::retry;
 
 /// Resumes Deployments paused by rekindle when their period is over; driven by the Deployment watch.
+/// Only the leader writes: a follower's resume waits until it leads (the resume is conditional on the
+/// pause it saw, so one the leader already made is not made twice).
 pub struct PauseReconciler {
     client: Client,
     keys: AnnotationKeys,
+    leadership: Leadership,
     scheduled: Mutex<HashMap<WorkloadKey, String>>,
 }
 
 impl PauseReconciler {
-    pub fn new(client: Client, keys: AnnotationKeys) -> Arc<Self> {
+    pub fn new(client: Client, keys: AnnotationKeys, leadership: Leadership) -> Arc<Self> {
         Arc::new(Self {
             client,
             keys,
+            leadership,
             scheduled: Mutex::default(),
         })
     }
@@ -65,6 +70,7 @@ impl PauseReconciler {
             if wait.is_positive() {
                 tokio::time::sleep(Duration::try_from(wait).unwrap_or_default()).await;
             }
+            this.leadership.clone().acquired().await;
             this.resume(&key, &paused_at).await;
             this.scheduled
                 .lock()

@@ -181,9 +181,10 @@ impl Queue {
         if reloaded {
             state.last_reload.insert(key.clone(), Instant::now());
         }
-        // Cooldowns only matter for a while; keep the map from growing forever.
+        // A last reload matters for the busy check (the debounce window) and the cooldown, whichever is
+        // longer; older ones are dropped so the map does not grow forever.
         if state.last_reload.len() > 10_000 {
-            let horizon = self.cfg.min_interval;
+            let horizon = self.cfg.min_interval.max(self.cfg.debounce);
             state.last_reload.retain(|_, t| t.elapsed() < horizon);
         }
         drop(state);

@@ -72,6 +72,8 @@ enum Outcome {
     Reloaded,
     NothingToDo,
     Gone,
+    /// Leadership ended before the write: the next leader's catch-up makes it.
+    NotLeader,
 }
 
 /// The pending changes planned on the object: the marker changes, the object with them applied, the
@@ -224,6 +226,10 @@ impl Writer {
                 return false;
             }
             Ok(Outcome::Gone) => return false,
+            Ok(Outcome::NotLeader) => {
+                tracing::info!("not leading any more; left to the leader");
+                return false;
+            }
             Err(f) => f.error,
         };
         tracing::warn!(error = %last_error, "reload failed");
@@ -266,6 +272,11 @@ impl Writer {
             return Ok(Outcome::NothingToDo);
         }
         let (changes, action) = (&planned.changes, planned.action);
+        // Checked right before the write: leadership ends at the renew deadline, without waiting for the
+        // election to run (a write already sent is the only one that may land after it).
+        if !self.leadership.is_leader() {
+            return Ok(Outcome::NotLeader);
+        }
         let written = match action {
             Action::Patch | Action::Restart => {
                 self.patch(api, key, &value, rv, changes, action == Action::Restart)

@@ -541,7 +541,11 @@ mod tests {
                     debounce_max: std::time::Duration::ZERO,
                     min_interval: std::time::Duration::ZERO,
                 })),
-                pause: PauseReconciler::new(client.clone(), Default::default()),
+                pause: PauseReconciler::new(
+                    client.clone(),
+                    Default::default(),
+                    crate::reload::lease::Leadership::always(),
+                ),
             },
             metrics: Arc::new(Metrics::new(&mut Default::default(), false)),
             scope: Arc::default(),
