@@ -112,7 +112,7 @@ build_helm() {
   log "building helm $HELM_VERSION"
   go get -tool "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2
   local client_go minor pkg=helm.sh/helm/v3
-  client_go="$(go list -m -f '{{.Version}}' k8s.io/client-go)"   # v0.35.1
+  client_go="$(go list -m -f '{{.Version}}' k8s.io/client-go)"   # v0.N.x: Kubernetes 1.N
   minor="$(echo "$client_go" | cut -d. -f2)"
   go build -trimpath -ldflags "-s -w -X $pkg/internal/version.version=$HELM_VERSION \
       -X $pkg/internal/version.metadata= -X $pkg/internal/version.gitTreeState=clean \

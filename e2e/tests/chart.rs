@@ -864,7 +864,8 @@ fn migrated_values_run_the_controller_reloaders_chart_ran() -> Result<()> {
         }
         // replicas > 1 without enableHA: Reloader's chart passes --enable-ha but not its node
         // preference; rekindle's adds the preference, which places nothing with one replica.
-        if want.replicas == 1 && !want.pod.contains_key("affinity") {
+        let elects_alone = want.replicas == 1 && want.config["leader election"] == "true";
+        if elects_alone && !want.pod.contains_key("affinity") {
             got.pod.remove("affinity");
         }
         for difference in differences(&want, &got)? {

@@ -282,7 +282,7 @@ mod tests {
             debounce_max: Duration::ZERO,
             min_interval: Duration::ZERO,
         }));
-        let (lead, leading) = tokio::sync::watch::channel(false);
+        let (lead, leading) = tokio::sync::watch::channel(None);
         let catch_up = CatchUp::new(
             index.clone(),
             queue.clone(),
@@ -294,7 +294,7 @@ mod tests {
         catch_up.workload_listed(&stale);
         catch_up.all();
         assert_eq!(queue.depth(), 0);
-        lead.send(true).unwrap();
+        lead.send(Some(crate::reload::lease::forever())).unwrap();
         catch_up.all();
         assert_eq!(queue.next().await.0, stale);
     }

@@ -88,7 +88,7 @@ mod tests {
             min_interval: Default::default(),
         }));
         let mut registry = Registry::default();
-        let (leading, leadership) = tokio::sync::watch::channel(false);
+        let (leading, leadership) = tokio::sync::watch::channel(None);
         registry.register_collector(Box::new(SizesCollector {
             index: index.clone(),
             queue: queue.clone(),
@@ -142,7 +142,7 @@ mod tests {
         queue.done(&key, true);
         has(&["rekindle_reloads_in_flight 0\n", "rekindle_leader 0\n"]);
         // Leadership as of the scrape, not of a poll.
-        leading.send(true).unwrap();
+        leading.send(Some(crate::reload::lease::forever())).unwrap();
         has(&["rekindle_leader 1\n"]);
     }
 }

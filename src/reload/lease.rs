@@ -2,7 +2,6 @@
 //! webhook and keeps its index warm; only the leader writes. Failover loses nothing: the new leader
 //! runs the catch-up pass, which compares markers with current hashes.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -27,43 +26,45 @@ pub struct LeaseConfig {
     pub retry_period: Duration,
 }
 
-/// Whether this replica may write. Without HA it is always true. With HA it ends at the renew deadline
-/// of the last successful renewal, on this replica's monotonic clock, whether or not the election task
-/// has run since: a replica cut off from the apiserver stops writing in time, before another can lead.
+/// Whether this replica may write: the instant its leadership ends unless renewed (the renew deadline of
+/// its last successful renewal, on this replica's monotonic clock), or `None` while it follows. The time
+/// is checked on every read, whether or not the election task has run since: a replica cut off from
+/// the apiserver stops writing in time, before another can lead. Without HA it leads forever.
 #[derive(Clone)]
-pub struct Leadership {
-    leading: watch::Receiver<bool>,
-    until: Arc<Mutex<Option<Instant>>>,
+pub struct Leadership(watch::Receiver<Option<Instant>>);
+
+/// A deadline no process outlives: leadership without HA.
+pub fn forever() -> Instant {
+    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
 }
 
 impl Leadership {
     pub fn always() -> Self {
-        let (tx, rx) = watch::channel(true);
+        let (tx, rx) = watch::channel(Some(forever()));
         // Keep the sender alive for the life of the process.
         std::mem::forget(tx);
-        Self::from_channel(rx)
+        Self(rx)
     }
 
-    /// Leadership as a test sets it (no deadline).
-    pub fn from_channel(leading: watch::Receiver<bool>) -> Self {
-        Self {
-            leading,
-            until: Arc::default(),
-        }
+    /// Leadership as a test sets it.
+    #[cfg(test)]
+    pub fn from_channel(rx: watch::Receiver<Option<Instant>>) -> Self {
+        Self(rx)
     }
 
-    fn until(&self) -> Option<Instant> {
-        *self.until.lock().unwrap_or_else(|e| e.into_inner())
+    /// The end of this replica's leadership, while it leads.
+    fn leading_until(&self) -> Option<Instant> {
+        (*self.0.borrow()).filter(|until| Instant::now() < *until)
     }
 
     pub fn is_leader(&self) -> bool {
-        *self.leading.borrow() && self.until().is_none_or(|t| Instant::now() < t)
+        self.leading_until().is_some()
     }
 
     /// Waits until this replica leads.
     pub async fn acquired(&mut self) {
         while !self.is_leader() {
-            if self.leading.changed().await.is_err() {
+            if self.0.changed().await.is_err() {
                 return std::future::pending().await;
             }
         }
@@ -71,20 +72,12 @@ impl Leadership {
 
     /// Waits until this replica stops leading: the election says so, or the deadline passes first.
     pub async fn lost(&mut self) {
-        while self.is_leader() {
-            let deadline = self.until();
+        while let Some(until) = self.leading_until() {
             tokio::select! {
-                changed = self.leading.changed() => if changed.is_err() { return std::future::pending().await },
-                _ = sleep_until_some(deadline) => {}
+                changed = self.0.changed() => if changed.is_err() { return std::future::pending().await },
+                _ = tokio::time::sleep_until(until) => {}
             }
         }
-    }
-}
-
-async fn sleep_until_some(deadline: Option<Instant>) {
-    match deadline {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
     }
 }
 
@@ -122,58 +115,49 @@ pub fn start(
     cfg: LeaseConfig,
     shutdown: CancellationToken,
 ) -> (Leadership, Election) {
-    let (tx, rx) = watch::channel(false);
-    let leadership = Leadership {
-        leading: rx,
-        until: Arc::default(),
-    };
-    let until = leadership.until.clone();
-    let set_until = move |t: Option<Instant>| *until.lock().unwrap_or_else(|e| e.into_inner()) = t;
+    let (tx, rx) = watch::channel(None);
     let task = tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
         let mut observed = None;
-        let mut deadline: Option<Instant> = None;
         loop {
             let started = Instant::now();
-            let leading = *tx.borrow();
-            let bound = deadline
-                .filter(|_| leading)
-                .unwrap_or(started + cfg.renew_deadline);
+            if tx.borrow().is_some_and(|until| started >= until) {
+                tracing::warn!(
+                    "could not renew the Lease within the renew deadline; stepping down"
+                );
+                tx.send_replace(None);
+            }
+            let until = *tx.borrow();
+            // A leader's attempt may last until its deadline, a follower's one renew deadline.
+            let bound = until.unwrap_or(started + cfg.renew_deadline);
             let attempt = try_acquire_or_renew(&api, &cfg, &mut observed);
             match tokio::time::timeout_at(bound, attempt).await {
                 Ok(Ok(true)) => {
-                    deadline = Some(started + cfg.renew_deadline);
-                    set_until(deadline);
-                    if !leading {
+                    if until.is_none() {
                         tracing::info!(identity = %cfg.identity, "became the leader");
-                        let _ = tx.send(true);
                     }
+                    tx.send_replace(Some(started + cfg.renew_deadline));
                 }
                 Ok(Ok(false)) => {
-                    if leading {
+                    if until.is_some() {
                         tracing::warn!("lost the Lease to another replica");
-                        let _ = tx.send(false);
+                        tx.send_replace(None);
                     }
                 }
                 Ok(Err(e)) => tracing::debug!(error = %e, "Lease update failed"),
                 Err(_) => tracing::debug!("Lease update timed out"),
-            }
-            if *tx.borrow() && deadline.is_some_and(|d| Instant::now() >= d) {
-                tracing::warn!(
-                    "could not renew the Lease within the renew deadline; stepping down"
-                );
-                let _ = tx.send(false);
             }
             tokio::select! {
                 _ = tokio::time::sleep(cfg.retry_period) => {}
                 _ = shutdown.cancelled() => break,
             }
         }
-        let leading = *tx.borrow();
-        let _ = tx.send(false);
+        let leading = tx
+            .send_replace(None)
+            .is_some_and(|until| Instant::now() < until);
         leading.then_some((api, cfg))
     });
-    (leadership, Election(task))
+    (Leadership(rx), Election(task))
 }
 
 /// The Lease's `leaseDurationSeconds` for a duration: whole seconds, rounded up.
@@ -208,10 +192,10 @@ async fn try_acquire_or_renew(
         spec.lease_duration_seconds,
     );
     let seen = Instant::now();
-    if observed.as_ref().is_none_or(|o| o.record != record) {
-        *observed = Some(Observed { record, at: seen });
-    }
-    let since = observed.as_ref().map_or(seen, |o| o.at);
+    let since = match observed {
+        Some(o) if o.record == record => o.at,
+        _ => observed.insert(Observed { record, at: seen }).at,
+    };
     let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(secs).max(1) as u64);
     let expired = seen >= since + duration;
     if holder != cfg.identity && !holder.is_empty() && !expired {

@@ -127,3 +127,46 @@ impl PauseReconciler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mock_api::client;
+    use crate::reload::lease::forever;
+    use serde_json::json;
+    use tokio::sync::watch;
+
+    /// A follower schedules the resume of a Deployment whose pause is over but sends nothing until it
+    /// leads; then it reads the Deployment to resume it.
+    #[tokio::test]
+    async fn only_the_leader_resumes() {
+        let (client, mut handle) = client();
+        let (lead, leading) = watch::channel(None);
+        let pause = PauseReconciler::new(
+            client,
+            AnnotationKeys::default(),
+            Leadership::from_channel(leading),
+        );
+        let keys = AnnotationKeys::default();
+        let deployment = json!({"metadata": {"name": "web", "namespace": "ns", "annotations": {
+            keys.paused_at.as_str(): "2020-01-01T00:00:00Z", keys.pause_period.as_str(): "1m"}}});
+        let key = WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: "ns".into(),
+            name: "web".into(),
+        };
+        pause.observe(&key, &deployment);
+        let early = tokio::time::timeout(Duration::from_millis(300), handle.next_request()).await;
+        assert!(early.is_err(), "a follower sent a request");
+        lead.send(Some(forever())).unwrap();
+        let (request, _) = tokio::time::timeout(Duration::from_secs(5), handle.next_request())
+            .await
+            .expect("the leader resumes")
+            .unwrap();
+        assert_eq!(request.method(), http::Method::GET);
+        assert!(request
+            .uri()
+            .path()
+            .ends_with("/namespaces/ns/deployments/web"));
+    }
+}

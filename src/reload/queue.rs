@@ -275,6 +275,27 @@ mod tests {
         assert_eq!(Instant::now(), t1);
     }
 
+    /// When the map of last reloads is pruned, a reload still inside the debounce window is kept: a
+    /// change right after it waits the window, as it would without the pruning.
+    #[tokio::test(start_paused = true)]
+    async fn pruning_keeps_the_reloads_the_busy_check_needs() {
+        let q = queue(250, 2000, 0);
+        for i in 0..10_000 {
+            q.lock()
+                .last_reload
+                .insert(key(&format!("other-{i}")), Instant::now());
+        }
+        q.push(key("a"), r("one"), Event::Update, Instant::now(), true);
+        let (k, _) = q.next().await;
+        q.done(&k, true);
+        assert!(q.lock().last_reload.len() <= 10_001);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let t1 = Instant::now();
+        q.push(key("a"), r("one"), Event::Update, t1, true);
+        let _ = q.next().await;
+        assert_eq!(Instant::now() - t1, Duration::from_millis(250));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn changes_of_several_resources_200ms_apart_are_one_reload() {
         let q = queue(250, 2000, 0);

@@ -26,6 +26,14 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
+{{/* Labels of the Roles, ClusterRoles and their bindings: the chart's, and rbac.labels. */}}
+{{- define "rekindle.rbacLabels" -}}
+{{ include "rekindle.labels" . }}
+{{- with .Values.rbac.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
 {{- define "rekindle.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "rekindle.fullname" .) .Values.serviceAccount.name -}}
