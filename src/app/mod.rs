@@ -14,6 +14,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{self, http as admission_http, Admission};
@@ -30,7 +31,7 @@ use crate::reload::lease::{self, Leadership};
 use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Queue, QueueConfig};
 use crate::reload::warm;
-use crate::reload::writer::Writer;
+use crate::reload::writer::{self, Writer};
 use crate::server::admin::{self, Health};
 use crate::server::{bind, tls};
 use crate::watch::{self, Ctx, ReadyTracker, Sink, WatchPart};
@@ -150,7 +151,9 @@ async fn run(config: Config) -> Result<()> {
         })
         .counting_adds(metrics.workqueue_adds.clone()),
     );
-    let (leadership, election) = leadership(&config, &client, &shutdown);
+    // Cancelled once the writer has returned: only then may a leader release its Lease.
+    let writes_done = CancellationToken::new();
+    let (leadership, election) = leadership(&config, &client, &shutdown, &writes_done);
     registry.register_collector(Box::new(sizes::SizesCollector {
         index: index.clone(),
         queue: queue.clone(),
@@ -164,7 +167,19 @@ async fn run(config: Config) -> Result<()> {
     let (builtin, optional) = workload_kinds(&config);
 
     // Admin server first, so probes answer (503) while the watches sync.
-    let mut admin_task = serve_admin(&config, health.clone(), registry, &shutdown).await?;
+    let live: admin::LiveCheck = {
+        let (queue, leadership) = (queue.clone(), leadership.clone());
+        Arc::new(move || {
+            let stalled = writer::stalled_for(&queue, &leadership);
+            (stalled > writer::STALL_LIMIT).then(|| {
+                format!(
+                    "the writer has taken and finished nothing for {}s while reloads are owed",
+                    stalled.as_secs()
+                )
+            })
+        })
+    };
+    let admin_task = serve_admin(&config, health.clone(), registry, live, &shutdown).await?;
     let admission = Arc::new(Admission {
         plan: config.plan.clone(),
         scope: scope.clone(),
@@ -177,7 +192,7 @@ async fn run(config: Config) -> Result<()> {
             .admission_lookup
             .then(|| admission_lookup(&config, &client, &health, &metrics)),
     });
-    let mut webhook_task = serve_webhook(&config, admission, &metrics, &shutdown).await?;
+    let webhook_task = serve_webhook(&config, admission, &metrics, &shutdown).await?;
 
     let catch_up = config.webhook_url.is_none().then(|| {
         CatchUp::new(
@@ -212,7 +227,7 @@ async fn run(config: Config) -> Result<()> {
     // Every start-up watch is registered: only now may the last one to sync make the process ready.
     ready.seal();
 
-    let mut writer_task = match config.webhook_url {
+    let writer_task = match config.webhook_url {
         Some(_) => {
             tracing::info!("--webhook-url: changes are POSTed there; no workload is touched");
             None
@@ -236,7 +251,7 @@ async fn run(config: Config) -> Result<()> {
     };
 
     // The catch-up as the first sync proceeds, then the periodic consistency pass.
-    let mut housekeeping = tokio::spawn(
+    let housekeeping = tokio::spawn(
         Housekeeping {
             index: index.clone(),
             catch_up,
@@ -251,68 +266,145 @@ async fn run(config: Config) -> Result<()> {
         .run(shutdown.clone()),
     );
 
+    let mut tasks = Critical {
+        writer: writer_task,
+        election,
+        webhook: webhook_task,
+        admin: Some(admin_task),
+        housekeeping: Some(housekeeping),
+        watches,
+    };
     let ended = tokio::select! {
         _ = wait_for_signal() => None,
-        ended = first_to_end(vec![
-            ("the writer", writer_task.as_mut()),
-            ("the admission webhook server", webhook_task.as_mut()),
-            ("the admin server", Some(&mut admin_task)),
-            ("the catch-up and consistency pass", Some(&mut housekeeping)),
-        ]) => Some(ended),
+        ended = tasks.first_to_end() => Some(ended),
     };
     if let Some((task, how)) = ended {
         // Live and Ready but silently not doing its job is worse than a restart: the catch-up of the
-        // next start repairs whatever this replica left undone.
-        shutdown.cancel();
+        // next start repairs whatever this replica left undone. The Lease is still released, so the
+        // other replica need not wait for it to expire.
+        tracing::error!(%task, %how, "a task the replica needs stopped; exiting");
         health.set_ready(false);
+        metrics.ready.set(0);
+        let stopped = tasks.stop(&shutdown, &writes_done);
+        if tokio::time::timeout(STOP_AFTER_FAILURE, stopped)
+            .await
+            .is_err()
+        {
+            tracing::warn!("could not stop cleanly within {STOP_AFTER_FAILURE:?}");
+        }
         anyhow::bail!("{task} stopped ({how}); exiting so the replica is restarted");
     }
     tracing::info!("shutting down: failing readiness, draining");
     health.set_ready(false);
     metrics.ready.set(0);
-    if webhook_task.is_some() && !config.shutdown_delay.is_zero() {
+    if tasks.webhook.is_some() && !config.shutdown_delay.is_zero() {
         // Endpoints drop an unready Pod a few seconds late; keep answering the apiserver until then.
         tokio::time::sleep(config.shutdown_delay).await;
     }
-    shutdown.cancel();
-    if let Some(t) = writer_task {
-        let _ = t.await;
-    }
-    // After the last write, so two replicas never write at once.
-    if let Some(election) = election {
-        election.step_down().await;
-    }
-    if let Some(t) = webhook_task {
-        let _ = t.await;
-    }
-    for w in watches {
-        w.abort();
-    }
-    housekeeping.abort();
-    let _ = admin_task.await;
+    tasks.stop(&shutdown, &writes_done).await;
     tracing::info!("stopped");
     Ok(())
 }
 
-/// Waits for the first of `tasks` (those present) to end, which none should before shutdown; its name and
-/// how it ended (returned, or panicked).
-async fn first_to_end(
-    tasks: Vec<(&'static str, Option<&mut tokio::task::JoinHandle<()>>)>,
-) -> (&'static str, String) {
-    let running: Vec<_> = tasks
+/// How long a replica whose task failed may take to stop its other tasks and release its Lease.
+const STOP_AFTER_FAILURE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The tasks without which the replica does not do its job. None ends before shutdown: the first that
+/// does (returns or panics) ends the process.
+struct Critical {
+    writer: Option<JoinHandle<()>>,
+    election: Option<JoinHandle<()>>,
+    webhook: Option<JoinHandle<()>>,
+    admin: Option<JoinHandle<()>>,
+    housekeeping: Option<JoinHandle<()>>,
+    /// Each watch by its name (`configmaps/<namespace>`, `Deployment/*`, ...).
+    watches: Vec<(String, Option<JoinHandle<()>>)>,
+}
+
+impl Critical {
+    fn slots(&mut self) -> Vec<(String, &mut Option<JoinHandle<()>>)> {
+        let mut slots = vec![
+            ("the writer".to_string(), &mut self.writer),
+            ("the leader election".to_string(), &mut self.election),
+            (
+                "the admission webhook server".to_string(),
+                &mut self.webhook,
+            ),
+            ("the admin server".to_string(), &mut self.admin),
+            (
+                "the catch-up and consistency pass".to_string(),
+                &mut self.housekeeping,
+            ),
+        ];
+        for (name, task) in &mut self.watches {
+            slots.push((format!("the watch of {name}"), task));
+        }
+        slots
+    }
+
+    /// Waits for the first task to end; its name and how it ended. It is taken out, so
+    /// [`Critical::stop`] does not wait for it again.
+    async fn first_to_end(&mut self) -> (String, String) {
+        first_to_end(self.slots()).await
+    }
+
+    /// Stops everything in order: the writer's last write returns before the Lease is released, so two
+    /// replicas never write at once; the webhook drains; the watches and housekeeping are dropped.
+    async fn stop(mut self, shutdown: &CancellationToken, writes_done: &CancellationToken) {
+        shutdown.cancel();
+        if let Some(t) = self.writer.take() {
+            let _ = t.await;
+        }
+        writes_done.cancel();
+        if let Some(t) = self.election.take() {
+            let _ = t.await;
+        }
+        if let Some(t) = self.webhook.take() {
+            let _ = t.await;
+        }
+        for (_, w) in &mut self.watches {
+            if let Some(w) = w.take() {
+                w.abort();
+            }
+        }
+        if let Some(t) = self.housekeeping.take() {
+            t.abort();
+        }
+        if let Some(t) = self.admin.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Waits for the first of `tasks` (those present) to end, takes it out of its slot, and says which one
+/// it was and how it ended (returned, or panicked).
+async fn first_to_end(tasks: Vec<(String, &mut Option<JoinHandle<()>>)>) -> (String, String) {
+    let (names, slots): (Vec<String>, Vec<_>) = tasks.into_iter().unzip();
+    let running: Vec<_> = slots
         .into_iter()
-        .filter_map(|(name, task)| task.map(|t| Box::pin(async move { (name, t.await) })))
+        .enumerate()
+        .filter(|(_, slot)| slot.is_some())
+        .map(|(i, slot)| {
+            Box::pin(async move {
+                let result = match slot.as_mut() {
+                    Some(task) => task.await,
+                    None => std::future::pending().await,
+                };
+                (i, result, slot)
+            })
+        })
         .collect();
     if running.is_empty() {
         return std::future::pending().await;
     }
-    let ((name, result), _, _) = futures::future::select_all(running).await;
+    let ((i, result, slot), _, _) = futures::future::select_all(running).await;
+    *slot = None;
     let how = match result {
         Ok(()) => "returned".to_string(),
         Err(e) if e.is_panic() => "panicked".to_string(),
         Err(e) => e.to_string(),
     };
-    (name, how)
+    (names[i].clone(), how)
 }
 
 /// The workload kinds to watch: built-in kinds are always served; Argo Rollouts (when enabled) and
@@ -341,7 +433,8 @@ fn leadership(
     config: &Config,
     client: &Client,
     shutdown: &CancellationToken,
-) -> (Leadership, Option<lease::Election>) {
+    writes_done: &CancellationToken,
+) -> (Leadership, Option<tokio::task::JoinHandle<()>>) {
     if !config.enable_ha {
         return (Leadership::always(), None);
     }
@@ -362,6 +455,7 @@ fn leadership(
             retry_period: config.retry_period,
         },
         shutdown.clone(),
+        writes_done.clone(),
     );
     (leadership, Some(election))
 }
@@ -370,13 +464,14 @@ async fn serve_admin(
     config: &Config,
     health: Arc<Health>,
     registry: Arc<Registry>,
+    live: admin::LiveCheck,
     shutdown: &CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>> {
     let listener = bind(config.admin_addr)
         .await
         .with_context(|| format!("binding --admin-addr {}", config.admin_addr))?;
     tracing::info!(addr = %listener.local_addr()?, "admin server listening");
-    let router = admin::router(health, registry);
+    let router = admin::router(health, registry, live);
     let shutdown = shutdown.clone();
     Ok(tokio::spawn(async move {
         let _ = axum::serve(listener, router)
@@ -474,7 +569,7 @@ fn spawn_watches(
     ctx: &Arc<Ctx>,
     builtin: &[WorkloadKind],
     optional: &[WorkloadKind],
-) -> Vec<tokio::task::JoinHandle<()>> {
+) -> Vec<(String, Option<JoinHandle<()>>)> {
     let scope = &ctx.scope;
     let ready = &ctx.ready;
     let namespaces: Vec<Option<String>> = match scope.watched_namespaces() {
@@ -493,7 +588,10 @@ fn spawn_watches(
     let mut watches = Vec::new();
     if scope.selector().is_some() {
         ready.expect("namespaces", WatchPart::Scope);
-        watches.push(tokio::spawn(watch::namespaces(client.clone(), ctx.clone())));
+        watches.push((
+            "namespaces".to_string(),
+            tokio::spawn(watch::namespaces(client.clone(), ctx.clone())),
+        ));
     }
     for ns in &namespaces {
         let star = ns.as_deref().unwrap_or("*");
@@ -506,15 +604,18 @@ fn spawn_watches(
                 &format!("configmaps/{star}"),
                 WatchPart::Resources(ResourceKind::ConfigMap),
             );
-            watches.push(tokio::spawn(watch::resources(
-                api,
-                label_config(watcher::Config::default()),
-                ResourceKind::ConfigMap,
-                "configmaps",
-                ns.clone(),
-                configmap_hash_typed,
-                ctx.clone(),
-            )));
+            watches.push((
+                format!("configmaps/{star}"),
+                tokio::spawn(watch::resources(
+                    api,
+                    label_config(watcher::Config::default()),
+                    ResourceKind::ConfigMap,
+                    "configmaps",
+                    ns.clone(),
+                    configmap_hash_typed,
+                    ctx.clone(),
+                )),
+            ));
         }
         if !config.ignore_secrets {
             // Helm release blobs are large and never mounted: keep them out of the watch.
@@ -523,49 +624,58 @@ fn spawn_watches(
                 &format!("secrets/{star}"),
                 WatchPart::Resources(ResourceKind::Secret),
             );
-            watches.push(tokio::spawn(watch::secrets(
-                client.clone(),
-                wc,
-                ns.clone(),
-                ctx.clone(),
-            )));
+            watches.push((
+                format!("secrets/{star}"),
+                tokio::spawn(watch::secrets(client.clone(), wc, ns.clone(), ctx.clone())),
+            ));
         }
         if config.enable_csi {
             let labels = config
                 .resource_label_selector
                 .as_ref()
                 .map(|s| s.to_string());
-            watches.push(tokio::spawn(watch::spcps(
-                client.clone(),
-                ns.clone(),
-                labels,
-                ctx.clone(),
-            )));
-            watches.push(tokio::spawn(watch::spcs(
-                client.clone(),
-                ns.clone(),
-                ctx.clone(),
-            )));
+            watches.push((
+                format!("secretproviderclasspodstatuses/{star}"),
+                tokio::spawn(watch::spcps(
+                    client.clone(),
+                    ns.clone(),
+                    labels,
+                    ctx.clone(),
+                )),
+            ));
+            watches.push((
+                format!("secretproviderclasses/{star}"),
+                tokio::spawn(watch::spcs(client.clone(), ns.clone(), ctx.clone())),
+            ));
         }
         for kind in optional {
-            watches.push(tokio::spawn(watch::optional_workloads(
-                client.clone(),
-                *kind,
-                ns.clone(),
-                ctx.clone(),
-            )));
+            watches.push((
+                format!("{}/{star}", kind.name()),
+                tokio::spawn(watch::optional_workloads(
+                    client.clone(),
+                    *kind,
+                    ns.clone(),
+                    ctx.clone(),
+                )),
+            ));
         }
         for kind in builtin {
             ready.expect(&format!("{}/{star}", kind.name()), WatchPart::Workloads);
-            watches.push(tokio::spawn(watch::workloads(
-                client.clone(),
-                *kind,
-                ns.clone(),
-                ctx.clone(),
-            )));
+            watches.push((
+                format!("{}/{star}", kind.name()),
+                tokio::spawn(watch::workloads(
+                    client.clone(),
+                    *kind,
+                    ns.clone(),
+                    ctx.clone(),
+                )),
+            ));
         }
     }
     watches
+        .into_iter()
+        .map(|(name, task)| (name, Some(task)))
+        .collect()
 }
 
 /// This replica's name: the pod's (downward API), else the host's.
@@ -593,26 +703,60 @@ async fn wait_for_signal() {
 
 #[cfg(test)]
 mod tests {
-    use super::first_to_end;
+    use super::*;
 
+    fn critical(writer: JoinHandle<()>, watches: Vec<(&str, JoinHandle<()>)>) -> Critical {
+        Critical {
+            writer: Some(writer),
+            election: None,
+            webhook: None,
+            admin: None,
+            housekeeping: None,
+            watches: watches
+                .into_iter()
+                .map(|(n, t)| (n.to_string(), Some(t)))
+                .collect(),
+        }
+    }
+
+    /// Any critical task that ends, a watch included, is named with how it ended and taken out; stopping
+    /// the rest then neither waits for it again nor hangs.
     #[tokio::test]
     async fn a_critical_task_that_panics_or_returns_is_named() {
-        let mut forever = tokio::spawn(std::future::pending::<()>());
-        let mut panics = tokio::spawn(async { panic!("boom") });
-        let ended = first_to_end(vec![
-            ("the writer", Some(&mut forever)),
-            ("the webhook", None),
-            ("the admin server", Some(&mut panics)),
-        ])
-        .await;
-        assert_eq!(ended, ("the admin server", "panicked".to_string()));
-        let mut returns = tokio::spawn(async {});
-        let ended = first_to_end(vec![
-            ("the writer", Some(&mut forever)),
-            ("the housekeeping", Some(&mut returns)),
-        ])
-        .await;
-        assert_eq!(ended, ("the housekeeping", "returned".to_string()));
-        forever.abort();
+        let forever = || tokio::spawn(std::future::pending::<()>());
+        let mut tasks = critical(
+            forever(),
+            vec![
+                ("configmaps/a", forever()),
+                ("Deployment/a", tokio::spawn(async { panic!("boom") })),
+            ],
+        );
+        let ended = tasks.first_to_end().await;
+        assert_eq!(
+            ended,
+            ("the watch of Deployment/a".into(), "panicked".into())
+        );
+        assert!(tasks.watches[1].1.is_none(), "the ended task was taken out");
+
+        let mut tasks = critical(forever(), vec![("secrets/*", tokio::spawn(async {}))]);
+        let ended = tasks.first_to_end().await;
+        assert_eq!(ended, ("the watch of secrets/*".into(), "returned".into()));
+        // The writer is still running: stop() cancels it through `shutdown`, so give it one that listens.
+        let shutdown = CancellationToken::new();
+        tasks.writer = Some(tokio::spawn(shutdown.clone().cancelled_owned()));
+        let writes_done = CancellationToken::new();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            tasks.stop(&shutdown, &writes_done),
+        )
+        .await
+        .expect("stopping the rest after a failure hangs");
+        assert!(writes_done.is_cancelled());
+
+        let mut writer_returns = critical(tokio::spawn(async {}), vec![]);
+        assert_eq!(
+            writer_returns.first_to_end().await,
+            ("the writer".into(), "returned".into())
+        );
     }
 }

@@ -64,6 +64,11 @@ impl Collector for SizesCollector {
                 "1 while this replica is the one that writes",
                 i64::from(self.leadership.is_leader()),
             ),
+            (
+                "rekindle_writer_stalled_seconds",
+                "How long the leader's writer has taken and finished nothing while reloads are owed (/live fails past 600)",
+                crate::reload::writer::stalled_for(&self.queue, &self.leadership).as_secs() as i64,
+            ),
         ];
         encode_gauges(&mut encoder, series)
     }

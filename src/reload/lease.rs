@@ -85,20 +85,6 @@ fn now() -> MicroTime {
     MicroTime(jiff::Timestamp::now())
 }
 
-/// The running election; [`Election::step_down`] releases the Lease once the caller's writes are done.
-pub struct Election(tokio::task::JoinHandle<Option<(Api<Lease>, LeaseConfig)>>);
-
-impl Election {
-    /// Waits for the election to stop (after `shutdown`) and deletes the Lease if this replica held it,
-    /// so the next leader takes over at once instead of after `--leader-election-lease-duration`.
-    pub async fn step_down(self) {
-        if let Ok(Some((api, cfg))) = self.0.await {
-            release(&api, &cfg).await;
-            tracing::info!(identity = %cfg.identity, "released the Lease");
-        }
-    }
-}
-
 /// A Lease record as last read, and when this replica saw it change (its own monotonic clock). Another
 /// replica's lease is expired once it has not changed for its duration here; the timestamps written in it
 /// come from other clocks and are never compared with this one (as client-go's leader election does).
@@ -108,13 +94,15 @@ struct Observed {
 }
 
 /// Runs the election until `shutdown`. Every attempt is bounded: a leader's by its renew deadline, a
-/// follower's by one renew deadline. Leadership ends at `shutdown`; the Lease itself is released by
-/// [`Election::step_down`], which the caller awaits after its last write.
+/// follower's by one renew deadline. Leadership ends at `shutdown`; a replica that led then waits for
+/// `writes_done` (its last write has returned) and deletes the Lease, so the next leader takes over at
+/// once instead of after `--leader-election-lease-duration`. The task ends only after `shutdown`.
 pub fn start(
     client: Client,
     cfg: LeaseConfig,
     shutdown: CancellationToken,
-) -> (Leadership, Election) {
+    writes_done: CancellationToken,
+) -> (Leadership, tokio::task::JoinHandle<()>) {
     let (tx, rx) = watch::channel(None);
     let task = tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
@@ -155,9 +143,12 @@ pub fn start(
         let leading = tx
             .send_replace(None)
             .is_some_and(|until| Instant::now() < until);
-        leading.then_some((api, cfg))
+        if leading {
+            writes_done.cancelled().await;
+            release(&api, &cfg).await;
+        }
     });
-    (Leadership(rx), Election(task))
+    (Leadership(rx), task)
 }
 
 /// The Lease's `leaseDurationSeconds` for a duration: whole seconds, rounded up.
@@ -237,8 +228,9 @@ async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
         }),
         ..Default::default()
     };
-    if let Err(e) = api.delete(&cfg.name, &params).await {
-        tracing::debug!(error = %e, "could not delete the Lease on stepping down");
+    match api.delete(&cfg.name, &params).await {
+        Ok(_) => tracing::info!(identity = %cfg.identity, "released the Lease"),
+        Err(e) => tracing::debug!(error = %e, "could not delete the Lease on stepping down"),
     }
 }
 
@@ -425,7 +417,8 @@ mod tests {
     async fn a_leader_cut_off_from_the_apiserver_stops_leading_at_its_renew_deadline() {
         let (client, mut handle) = client();
         let shutdown = CancellationToken::new();
-        let (mut leadership, _election) = start(client, config(), shutdown.clone());
+        let (mut leadership, _election) =
+            start(client, config(), shutdown.clone(), CancellationToken::new());
         let answer = |status: u16, body: Value| {
             http::Response::builder()
                 .status(status)
@@ -458,6 +451,47 @@ mod tests {
         assert!(led_for >= config().renew_deadline - Duration::from_millis(10));
         shutdown.cancel();
         hung.abort();
+    }
+
+    /// At shutdown a leader stops leading at once, but deletes its Lease only after its last write
+    /// has returned: the next leader cannot start while this one may still write.
+    #[tokio::test(start_paused = true)]
+    async fn the_lease_is_released_only_once_the_writes_are_done() {
+        let (client, mut handle) = client();
+        let (shutdown, writes_done) = (CancellationToken::new(), CancellationToken::new());
+        let (mut leadership, election) =
+            start(client, config(), shutdown.clone(), writes_done.clone());
+        let respond = |send: tower_test::mock::SendResponse<http::Response<kube::client::Body>>,
+                       status: u16,
+                       body: Value| {
+            send.send_response(
+                http::Response::builder()
+                    .status(status)
+                    .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap(),
+            )
+        };
+        let (_, send) = handle.next_request().await.unwrap();
+        respond(send, 404, status(404, "NotFound", "not found"));
+        let (_, send) = handle.next_request().await.unwrap();
+        respond(send, 201, lease("pod-a", 0));
+        leadership.acquired().await;
+        shutdown.cancel();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(!leadership.is_leader(), "still leading after shutdown");
+        let early = tokio::time::timeout(Duration::from_secs(60), handle.next_request()).await;
+        assert!(
+            early.is_err(),
+            "the Lease was touched before the writes were done"
+        );
+        writes_done.cancel();
+        let (get, send) = handle.next_request().await.unwrap();
+        assert_eq!(get.method(), Method::GET);
+        respond(send, 200, lease("pod-a", 0));
+        let (delete, send) = handle.next_request().await.unwrap();
+        assert_eq!(delete.method(), Method::DELETE);
+        respond(send, 200, status(200, "Success", ""));
+        election.await.unwrap();
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@
 //! was reloaded within the window: then it waits the window like any other, so a burst of one
 //! resource's changes still coalesces behind the first reload.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -40,11 +40,24 @@ pub struct QueueConfig {
     pub min_interval: Duration,
 }
 
-#[derive(Default)]
 struct State {
     pending: HashMap<WorkloadKey, Pending>,
-    in_flight: HashSet<WorkloadKey>,
+    /// Taken by the writer, with when.
+    in_flight: HashMap<WorkloadKey, Instant>,
     last_reload: HashMap<WorkloadKey, Instant>,
+    /// The last time the writer took or finished a workload.
+    last_progress: Instant,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            pending: HashMap::new(),
+            in_flight: HashMap::new(),
+            last_reload: HashMap::new(),
+            last_progress: Instant::now(),
+        }
+    }
 }
 
 pub struct Queue {
@@ -93,7 +106,7 @@ impl Queue {
         self.adds.inc();
         let now = Instant::now();
         let mut state = self.lock();
-        let busy = state.in_flight.contains(&key)
+        let busy = state.in_flight.contains_key(&key)
             || state
                 .last_reload
                 .get(&key)
@@ -139,6 +152,29 @@ impl Queue {
         self.lock().in_flight.len()
     }
 
+    /// The writer starts taking work (it became the leader): what waited meanwhile is not a stall.
+    pub fn writer_resumed(&self) {
+        self.lock().last_progress = Instant::now();
+    }
+
+    /// How long work has been owed (a due workload not taken, or a taken one not finished) while the
+    /// writer took and finished nothing; zero while it keeps up. A slow apiserver is not a stall: every
+    /// finished workload, failed ones included, is progress.
+    pub fn stalled_for(&self) -> Duration {
+        let state = self.lock();
+        let now = Instant::now();
+        let due = state
+            .pending
+            .values()
+            .map(|p| p.due)
+            .filter(|due| *due <= now);
+        let owed_since = due.chain(state.in_flight.values().copied()).min();
+        match owed_since {
+            Some(since) => now.duration_since(since.max(state.last_progress)),
+            None => Duration::ZERO,
+        }
+    }
+
     /// Waits for the next due workload that is not already being reloaded and takes it.
     pub async fn next(&self) -> (WorkloadKey, Pending) {
         loop {
@@ -149,13 +185,14 @@ impl Queue {
                 let next = state
                     .pending
                     .iter()
-                    .filter(|(k, _)| !state.in_flight.contains(*k))
+                    .filter(|(k, _)| !state.in_flight.contains_key(*k))
                     .min_by_key(|(_, p)| p.due)
                     .map(|(k, p)| (k.clone(), p.due));
                 match next {
                     Some((key, due)) if due <= now => {
                         let pending = state.pending.remove(&key).expect("present");
-                        state.in_flight.insert(key.clone());
+                        state.in_flight.insert(key.clone(), now);
+                        state.last_progress = now;
                         return (key, pending);
                     }
                     Some((_, due)) => Some(due),
@@ -178,6 +215,7 @@ impl Queue {
     pub fn done(&self, key: &WorkloadKey, reloaded: bool) {
         let mut state = self.lock();
         state.in_flight.remove(key);
+        state.last_progress = Instant::now();
         if reloaded {
             state.last_reload.insert(key.clone(), Instant::now());
         }
@@ -218,6 +256,38 @@ mod tests {
             debounce_max: Duration::from_millis(max_ms),
             min_interval: Duration::from_millis(min_ms),
         })
+    }
+
+    /// A stall is owed work with nothing taken or finished: a due workload left waiting or a taken one
+    /// never finished; not a workload in its debounce window, and not what waited while not leading.
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_is_owed_work_with_no_progress() {
+        let q = queue(1_000, 5_000, 0);
+        q.push(key("a"), r("cm"), Event::Update, Instant::now(), false);
+        tokio::time::advance(Duration::from_millis(900)).await;
+        assert_eq!(q.stalled_for(), Duration::ZERO, "not due yet");
+        tokio::time::advance(Duration::from_secs(10)).await;
+        // Owed from when it became due, 1 s after the push.
+        assert_eq!(q.stalled_for(), Duration::from_millis(9_900));
+        q.writer_resumed();
+        assert_eq!(
+            q.stalled_for(),
+            Duration::ZERO,
+            "a new leader starts afresh"
+        );
+        let (k, _) = q.next().await;
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(
+            q.stalled_for(),
+            Duration::from_secs(30),
+            "a reload that never returns"
+        );
+        q.done(&k, false);
+        assert_eq!(
+            q.stalled_for(),
+            Duration::ZERO,
+            "a failed reload is progress too"
+        );
     }
 
     #[tokio::test(start_paused = true)]

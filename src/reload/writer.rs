@@ -46,6 +46,21 @@ use crate::reload::lease::Leadership;
 use crate::retry;
 
 const MAX_ATTEMPTS: usize = 6;
+
+/// How long a leader's writer may take and finish nothing while work is owed before `/live` fails and the
+/// kubelet restarts the replica. Longer than one workload's every attempt (6 × the 60 s write timeout,
+/// plus backoff), so a slow apiserver alone never restarts it.
+pub const STALL_LIMIT: Duration = Duration::from_secs(600);
+
+/// How long this replica's writer has been stalled (see [`Queue::stalled_for`]); zero on a follower,
+/// which owes nothing.
+pub fn stalled_for(queue: &Queue, leadership: &Leadership) -> Duration {
+    if leadership.is_leader() {
+        queue.stalled_for()
+    } else {
+        Duration::ZERO
+    }
+}
 const PATCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Size of the set of invalid annotations already reported at which deleted workloads are forgotten.
 const WARNED_PRUNE_AT: usize = 1024;
@@ -138,6 +153,7 @@ impl Writer {
                     _ = leadership.acquired() => {}
                     _ = shutdown.cancelled() => break,
                 }
+                self.queue.writer_resumed();
             }
             let (key, pending) = tokio::select! {
                 next = self.queue.next() => next,

@@ -27,18 +27,36 @@ impl Health {
     }
 }
 
+/// Why the process is not live (it should be restarted), or `None`.
+pub type LiveCheck = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
 #[derive(Clone)]
 struct AdminState {
     health: Arc<Health>,
     registry: Arc<Registry>,
+    live: LiveCheck,
 }
 
-pub fn router(health: Arc<Health>, registry: Arc<Registry>) -> Router {
+pub fn router(health: Arc<Health>, registry: Arc<Registry>, live: LiveCheck) -> Router {
     Router::new()
-        .route("/live", get(|| async { "ok\n" }))
+        .route("/live", get(liveness))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
-        .with_state(AdminState { health, registry })
+        .with_state(AdminState {
+            health,
+            registry,
+            live,
+        })
+}
+
+async fn liveness(State(s): State<AdminState>) -> impl IntoResponse {
+    match (s.live)() {
+        None => (StatusCode::OK, "ok\n".to_string()),
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not live: {why}\n"),
+        ),
+    }
 }
 
 async fn ready(State(s): State<AdminState>) -> impl IntoResponse {
@@ -67,5 +85,40 @@ async fn metrics(State(s): State<AdminState>, headers: HeaderMap) -> impl IntoRe
             [(header::CONTENT_TYPE, "text/plain")],
             "encoding failed\n".to_string(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    async fn get_live(live: LiveCheck) -> (StatusCode, String) {
+        let app = router(Arc::default(), Arc::default(), live);
+        let response = app
+            .oneshot(
+                axum::http::Request::get("/live")
+                    .body(axum::body::Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// `/live` answers what the check says, with the reason, so the kubelet restarts a stuck replica and
+    /// the operator reads why.
+    #[tokio::test]
+    async fn live_fails_with_the_reason_the_check_gives() {
+        assert_eq!(
+            get_live(Arc::new(|| None)).await,
+            (StatusCode::OK, "ok\n".into())
+        );
+        let (status, body) = get_live(Arc::new(|| Some("the writer is stuck".into()))).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "not live: the writer is stuck\n");
     }
 }

@@ -44,6 +44,14 @@ pub struct WatchName {
     pub resource: String,
 }
 
+/// Whether a stream is the first of its watch (its first list triggers nothing) or takes over from one
+/// that had synced (its first list is a re-list: changes trigger, what it lacks was deleted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum History {
+    New,
+    SyncedBefore,
+}
+
 /// Watches with kube's watcher.
 pub async fn run<K, H>(
     api: Api<K>,
@@ -55,22 +63,24 @@ pub async fn run<K, H>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     H: Handler<K>,
 {
-    drive(watcher(api, config), id, handler, ctx).await;
+    drive(watcher(api, config), id, handler, ctx, History::New).await;
 }
 
 /// Feeds a stream of watcher events to a handler, with kube's backoff after each error; returns
-/// when the stream ends.
+/// when the stream ends, saying whether the watch has synced by then.
 pub async fn drive<K, H, E>(
     events: impl Stream<Item = Result<WatchEvent<K>, E>> + Send,
     id: WatchName,
     mut handler: H,
     ctx: Arc<Ctx>,
-) where
+    history: History,
+) -> History
+where
     H: Handler<K>,
     E: std::fmt::Display,
 {
     let mut stream = events.default_backoff().boxed();
-    let mut first_sync = true;
+    let mut first_sync = history == History::New;
     let mut seen: HashSet<H::Key> = HashSet::new();
     let restarts = ctx
         .metrics
@@ -115,5 +125,108 @@ pub async fn drive<K, H, E>(
                 handler.delete(&ctx, &key);
             }
         }
+    }
+    if first_sync {
+        History::New
+    } else {
+        History::SyncedBefore
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watch::ReadyTracker;
+    use std::collections::BTreeMap;
+
+    /// Objects are (name, content); the handler keeps the last content and records what it was told.
+    #[derive(Default)]
+    struct Seen {
+        objects: BTreeMap<String, u32>,
+        triggered: Vec<String>,
+    }
+
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<std::sync::Mutex<Seen>>);
+
+    impl Recorder {
+        fn triggered(&self) -> Vec<String> {
+            self.0.lock().unwrap().triggered.clone()
+        }
+    }
+
+    impl Handler<(String, u32)> for Recorder {
+        type Key = String;
+        fn key(&self, obj: &(String, u32)) -> String {
+            obj.0.clone()
+        }
+        fn apply(&mut self, _: &Ctx, (name, content): (String, u32), live: bool) {
+            let mut seen = self.0.lock().unwrap();
+            let changed = seen.objects.insert(name.clone(), content) != Some(content);
+            if live && changed {
+                seen.triggered.push(format!("changed {name}"));
+            }
+        }
+        fn delete(&mut self, _: &Ctx, key: &String) {
+            let mut seen = self.0.lock().unwrap();
+            seen.objects.remove(key);
+            seen.triggered.push(format!("deleted {key}"));
+        }
+        fn known(&self, _: &Ctx) -> Vec<String> {
+            self.0.lock().unwrap().objects.keys().cloned().collect()
+        }
+    }
+
+    fn listing(objects: &[(&str, u32)]) -> Vec<Result<WatchEvent<(String, u32)>, String>> {
+        let mut events = vec![Ok(WatchEvent::Init)];
+        events.extend(
+            objects
+                .iter()
+                .map(|(n, c)| Ok(WatchEvent::InitApply((n.to_string(), *c)))),
+        );
+        events.push(Ok(WatchEvent::InitDone));
+        events
+    }
+
+    fn id() -> WatchName {
+        WatchName {
+            name: "things/*".into(),
+            resource: "things".into(),
+        }
+    }
+
+    /// A watch that goes on in another stream (the Secrets' protobuf stream ending, JSON taking over)
+    /// treats the new stream's first list as a re-list: what changed or went meanwhile is acted on.
+    #[tokio::test]
+    async fn a_stream_taking_over_from_a_synced_one_relists() {
+        let (client, _handle) = crate::mock_api::client();
+        let ctx = Arc::new(Ctx::for_tests(client, ReadyTracker::new(|| {}), false));
+        let handler = Recorder::default();
+        let first = futures::stream::iter(listing(&[("a", 1), ("b", 1)]));
+        let history = drive(first, id(), handler.clone(), ctx.clone(), History::New).await;
+        assert_eq!(history, History::SyncedBefore);
+        assert!(
+            handler.triggered().is_empty(),
+            "a first list triggers nothing"
+        );
+
+        // Meanwhile: a changed, b deleted, c created.
+        let second = futures::stream::iter(listing(&[("a", 2), ("c", 1)]));
+        let history = drive(second, id(), handler.clone(), ctx.clone(), history).await;
+        assert_eq!(history, History::SyncedBefore);
+        assert_eq!(
+            handler.triggered(),
+            ["changed a", "changed c", "deleted b"],
+            "the re-list acts on the gap"
+        );
+
+        // A stream that ends before its first sync says so, and the next one starts afresh.
+        let fresh = Recorder::default();
+        let unsynced = futures::stream::iter(listing(&[]).into_iter().take(1));
+        let history = drive(unsynced, id(), fresh.clone(), ctx.clone(), History::New).await;
+        assert_eq!(history, History::New);
+        let listed = futures::stream::iter(listing(&[("a", 1)]));
+        drive(listed, id(), fresh.clone(), ctx, history).await;
+        assert!(fresh.triggered().is_empty());
     }
 }

@@ -12,7 +12,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use super::driver::{self, Handler, WatchName};
+use super::driver::{self, Handler, History, WatchName};
 use super::{wait_for_api, Changed, Ctx, Sink, WatchPart};
 use crate::core::kinds::csi;
 use crate::core::plan::{Event, PlanConfig};
@@ -213,6 +213,7 @@ pub async fn secrets(
         namespace: namespace.clone(),
         hash: crate::core::hash::secret_hash_typed,
     };
+    let mut history = History::New;
     if ctx.streaming_lists {
         let events = super::protobuf::secrets(
             client.clone(),
@@ -220,7 +221,7 @@ pub async fn secrets(
             config.label_selector.clone(),
             config.field_selector.clone(),
         );
-        driver::drive(events, id(), handler(), ctx.clone()).await;
+        history = driver::drive(events, id(), handler(), ctx.clone(), history).await;
         tracing::warn!(
             watch = %id().name,
             "the apiserver does not serve Secrets in protobuf; watching them in JSON"
@@ -230,7 +231,9 @@ pub async fn secrets(
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
     };
-    driver::run(api, config, id(), handler(), ctx).await;
+    // After a sync in protobuf, the JSON watch's first list is a re-list: what changed or went in
+    // between is acted on, not taken as the starting state.
+    driver::drive(watcher::watcher(api, config), id(), handler(), ctx, history).await;
 }
 
 /// Workloads of one kind: references, policy annotations, markers and a skeleton, kept in the index.
@@ -466,9 +469,6 @@ pub async fn spcs(client: Client, namespace: Option<String>, ctx: Arc<Ctx>) {
 mod tests {
     use super::*;
     use crate::core::hash::secret_hash_typed;
-    use crate::metrics::Metrics;
-    use crate::reload::pause::PauseReconciler;
-    use crate::reload::queue::{Queue, QueueConfig};
     use crate::watch::ReadyTracker;
     use hyper::{Request, Response};
     use kube::client::Body;
@@ -524,7 +524,6 @@ mod tests {
             )
         });
 
-        let index = Arc::new(crate::index::Index::new());
         let synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let ready = ReadyTracker::new({
             let synced = synced.clone();
@@ -532,27 +531,8 @@ mod tests {
         });
         ready.expect("secrets/pbfix", WatchPart::Resources(ResourceKind::Secret));
         ready.seal();
-        let ctx = Arc::new(Ctx {
-            plan: PlanConfig::default(),
-            index: index.clone(),
-            sink: Sink::Reload {
-                queue: Arc::new(Queue::new(QueueConfig {
-                    debounce: std::time::Duration::ZERO,
-                    debounce_max: std::time::Duration::ZERO,
-                    min_interval: std::time::Duration::ZERO,
-                })),
-                pause: PauseReconciler::new(
-                    client.clone(),
-                    Default::default(),
-                    crate::reload::lease::Leadership::always(),
-                ),
-            },
-            metrics: Arc::new(Metrics::new(&mut Default::default(), false)),
-            scope: Arc::default(),
-            ready,
-            streaming_lists: true,
-            catch_up: None,
-        });
+        let ctx = Arc::new(Ctx::for_tests(client.clone(), ready, true));
+        let index = ctx.index.clone();
         let config = ctx.list_config(watcher::Config::default().fields("type!=helm.sh/release.v1"));
         let watch = tokio::spawn(secrets(client, config, Some("pbfix".into()), ctx));
 

@@ -176,6 +176,38 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// A context that reloads through a queue without debounce and plans with the defaults.
+    #[cfg(test)]
+    pub(crate) fn for_tests(
+        client: kube::Client,
+        ready: Arc<ReadyTracker>,
+        streaming_lists: bool,
+    ) -> Self {
+        use crate::reload::queue::QueueConfig;
+        use std::time::Duration;
+        Self {
+            plan: PlanConfig::default(),
+            index: Arc::new(Index::new()),
+            sink: Sink::Reload {
+                queue: Arc::new(Queue::new(QueueConfig {
+                    debounce: Duration::ZERO,
+                    debounce_max: Duration::ZERO,
+                    min_interval: Duration::ZERO,
+                })),
+                pause: PauseReconciler::new(
+                    client,
+                    Default::default(),
+                    crate::reload::lease::Leadership::always(),
+                ),
+            },
+            metrics: Arc::new(Metrics::new(&mut Default::default(), false)),
+            scope: Arc::default(),
+            ready,
+            streaming_lists,
+            catch_up: None,
+        }
+    }
+
     /// A watcher configuration with the first-state strategy of `--streaming-lists`.
     pub fn list_config(&self, config: watcher::Config) -> watcher::Config {
         if self.streaming_lists {
