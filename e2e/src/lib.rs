@@ -6,6 +6,7 @@ pub mod companions;
 pub mod fixtures;
 pub mod migration;
 pub mod prometheus;
+pub mod proxy;
 pub mod rekindle;
 
 use std::future::Future;

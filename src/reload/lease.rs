@@ -120,18 +120,21 @@ pub fn start(
             let bound = until.unwrap_or(started + cfg.renew_deadline);
             let attempt = try_acquire_or_renew(&api, &cfg, &mut observed);
             match tokio::time::timeout_at(bound, attempt).await {
-                Ok(Ok(true)) => {
+                Ok(Ok(Attempt::Leads)) => {
                     if until.is_none() {
                         tracing::info!(identity = %cfg.identity, "became the leader");
                     }
                     tx.send_replace(Some(started + cfg.renew_deadline));
                 }
-                Ok(Ok(false)) => {
+                Ok(Ok(Attempt::Follows)) => {
                     if until.is_some() {
                         tracing::warn!("lost the Lease to another replica");
                         tx.send_replace(None);
                     }
                 }
+                // A leader keeps its deadline, not renewed: whoever wrote learns nothing here, and no
+                // other replica can take the Lease before that deadline (see `Observed`).
+                Ok(Ok(Attempt::Raced)) => tracing::debug!("the Lease changed while renewing it"),
                 Ok(Err(e)) => tracing::debug!(error = %e, "Lease update failed"),
                 Err(_) => tracing::debug!("Lease update timed out"),
             }
@@ -157,11 +160,22 @@ fn lease_seconds(d: Duration) -> i32 {
     i32::try_from(secs).unwrap_or(i32::MAX).max(1)
 }
 
+/// What one acquire-or-renew found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    /// This replica holds the Lease, written just now.
+    Leads,
+    /// Another replica holds a Lease that has not expired.
+    Follows,
+    /// The Lease changed between the read and the write (another replica, or anyone else, wrote it).
+    Raced,
+}
+
 async fn try_acquire_or_renew(
     api: &Api<Lease>,
     cfg: &LeaseConfig,
     observed: &mut Option<Observed>,
-) -> Result<bool, kube::Error> {
+) -> Result<Attempt, kube::Error> {
     let secs = lease_seconds(cfg.lease_duration);
     let Some(mut lease) = api.get_opt(&cfg.name).await? else {
         let lease: Lease = serde_json::from_value(json!({
@@ -170,8 +184,8 @@ async fn try_acquire_or_renew(
         }))
         .map_err(kube::Error::SerdeError)?;
         return match api.create(&PostParams::default(), &lease).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Ok(_) => Ok(Attempt::Leads),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Raced),
             Err(e) => Err(e),
         };
     };
@@ -190,7 +204,7 @@ async fn try_acquire_or_renew(
     let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(secs).max(1) as u64);
     let expired = seen >= since + duration;
     if holder != cfg.identity && !holder.is_empty() && !expired {
-        return Ok(false);
+        return Ok(Attempt::Follows);
     }
     if holder != cfg.identity {
         spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
@@ -201,8 +215,8 @@ async fn try_acquire_or_renew(
     spec.renew_time = Some(now());
     // The resourceVersion makes this a compare-and-swap: two replicas cannot both win.
     match api.replace(&cfg.name, &PostParams::default(), &lease).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Ok(_) => Ok(Attempt::Leads),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Raced),
         Err(e) => Err(e),
     }
 }
@@ -268,7 +282,7 @@ mod tests {
     /// Runs one acquire-or-renew against an apiserver answering `answer`; the outcome and the requests.
     async fn acquire(
         answer: impl FnMut(&crate::mock_api::Seen) -> (u16, Value) + Send + 'static,
-    ) -> (Result<bool, kube::Error>, crate::mock_api::ApiServer) {
+    ) -> (Result<Attempt, kube::Error>, crate::mock_api::ApiServer) {
         acquire_after(answer, &[]).await
     }
 
@@ -277,14 +291,17 @@ mod tests {
     async fn acquire_after(
         answer: impl FnMut(&crate::mock_api::Seen) -> (u16, Value) + Send + 'static,
         waits: &[u64],
-    ) -> (Result<bool, kube::Error>, crate::mock_api::ApiServer) {
+    ) -> (Result<Attempt, kube::Error>, crate::mock_api::ApiServer) {
         let (client, handle) = client();
         let server = tokio::spawn(serve(handle, answer));
         let api: Api<Lease> = Api::namespaced(client, "rekindle");
         let mut observed = None;
         let mut won = try_acquire_or_renew(&api, &config(), &mut observed).await;
         for wait in waits {
-            assert!(!won.as_ref().is_ok_and(|w| *w), "led before the last wait");
+            assert!(
+                !won.as_ref().is_ok_and(|w| *w == Attempt::Leads),
+                "led before the last wait"
+            );
             tokio::time::advance(Duration::from_secs(*wait)).await;
             won = try_acquire_or_renew(&api, &config(), &mut observed).await;
         }
@@ -307,7 +324,7 @@ mod tests {
             _ => (201, s.body.clone()),
         })
         .await;
-        assert!(won.unwrap());
+        assert_eq!(won.unwrap(), Attempt::Leads);
         assert_eq!(methods(&server), ["GET", "POST"]);
         assert_eq!(server.requests[1].body["spec"]["holderIdentity"], "pod-a");
     }
@@ -319,13 +336,13 @@ mod tests {
             _ => (409, status(409, "AlreadyExists", "leases already exists")),
         })
         .await;
-        assert!(!won.unwrap());
+        assert_eq!(won.unwrap(), Attempt::Raced);
     }
 
     #[tokio::test]
     async fn a_live_lease_of_another_replica_is_left_alone() {
         let (won, server) = acquire(|_| (200, lease("pod-b", 3))).await;
-        assert!(!won.unwrap());
+        assert_eq!(won.unwrap(), Attempt::Follows);
         assert_eq!(
             methods(&server),
             ["GET"],
@@ -344,7 +361,11 @@ mod tests {
             &[14, 2],
         )
         .await;
-        assert!(won.unwrap(), "15 s without a change, as seen here");
+        assert_eq!(
+            won.unwrap(),
+            Attempt::Leads,
+            "15 s without a change, as seen here"
+        );
         assert_eq!(methods(&server), ["GET", "GET", "GET", "PUT"]);
         let put = &server.requests[3].body;
         assert_eq!(
@@ -366,7 +387,7 @@ mod tests {
             &[16],
         )
         .await;
-        assert!(!won.unwrap());
+        assert_eq!(won.unwrap(), Attempt::Raced);
         assert_eq!(methods(&server), ["GET", "GET", "PUT"]);
     }
 
@@ -385,7 +406,7 @@ mod tests {
                 &[14],
             )
             .await;
-            assert!(!won.unwrap(), "renewTime {offset} s off");
+            assert_eq!(won.unwrap(), Attempt::Follows, "renewTime {offset} s off");
             assert_eq!(methods(&server), ["GET", "GET"]);
         }
         let mut renewals = 0;
@@ -400,7 +421,11 @@ mod tests {
             &[10, 10, 10],
         )
         .await;
-        assert!(!won.unwrap(), "a holder that renews keeps its Lease");
+        assert_eq!(
+            won.unwrap(),
+            Attempt::Follows,
+            "a holder that renews keeps its Lease"
+        );
         assert!(methods(&server).iter().all(|m| m == "GET"));
     }
 
@@ -501,7 +526,7 @@ mod tests {
             _ => (200, s.body.clone()),
         })
         .await;
-        assert!(won.unwrap());
+        assert_eq!(won.unwrap(), Attempt::Leads);
         let put = &server.requests[1].body;
         assert_eq!(put["spec"]["leaseTransitions"], 3);
         let renewed: jiff::Timestamp = put["spec"]["renewTime"].as_str().unwrap().parse().unwrap();
