@@ -13,6 +13,7 @@
 #   node.sh exec -- CMD...     run CMD inside the node's network namespace with KUBECONFIG set to the
 #                              admin's: where the apiserver, pods and Services can be reached
 #   node.sh import FILE...     import OCI archives into the node's containerd
+#   node.sh restart C [SECS]   SIGKILL etcd or kube-apiserver, wait SECS (3), start it again
 #   node.sh keep-logs          after a failed run: copy the node's logs to target/e2e-node-failed-logs
 set -euo pipefail
 
@@ -100,6 +101,16 @@ network_up() {
 
 write_configs() {
   mkdir -p "$STATE/cni" "$STATE/kubelet" "$CTRD"
+  cat >"$STATE/audit-policy.yaml" <<'YAML'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts:rekindle"]
+  verbs: ["create", "update", "patch", "delete"]
+- level: None
+YAML
   cat >"$STATE/cni/10-bridge.conflist" <<JSON
 {
   "cniVersion": "0.4.0",
@@ -213,6 +224,48 @@ import_images() { # archives...
   done
 }
 
+start_etcd() {
+  start etcd "$BIN/etcd" --name node --data-dir "$STATE/etcd-data" \
+    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster node=http://127.0.0.1:2380 --unsafe-no-fsync --log-level warn
+  wait_for etcd etcd 30 in_netns curl -sf http://127.0.0.1:2379/health
+}
+
+# Pods reach the apiserver through the `kubernetes` Service (10.0.0.1, in the serving certificate),
+# whose endpoint is the node's address; processes in the namespace use 127.0.0.1. The audit log records
+# every write made by a ServiceAccount of the namespace `rekindle` (with the client's user agent and
+# address), the ledger the chaos soak checks.
+start_apiserver() {
+  start kube-apiserver "$BIN/kube-apiserver" --etcd-servers http://127.0.0.1:2379 \
+    --bind-address 0.0.0.0 --advertise-address "$NODE_IP" --secure-port 6443 \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" \
+    --kubelet-client-certificate "$PKI/admin.crt" --kubelet-client-key "$PKI/admin.key" \
+    --kubelet-preferred-address-types InternalIP \
+    --service-account-issuer https://kubernetes.default.svc \
+    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+    --service-cluster-ip-range "$SERVICE_CIDR" --authorization-mode Node,RBAC --allow-privileged=true \
+    --audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$LOGS/audit.log" \
+    --audit-log-maxsize 200 --audit-log-maxbackup 1
+  wait_for kube-apiserver "kube-apiserver /readyz" 90 in_netns curl -sf --cacert "$PKI/ca.crt" https://127.0.0.1:6443/readyz
+}
+
+# Kills a control-plane component (SIGKILL, as a crash), waits SECONDS, starts it again and waits until
+# it serves. etcd keeps its data.
+restart() { # etcd|kube-apiserver, seconds
+  local c="$1" down="${2:-3}"
+  case "$c" in etcd|kube-apiserver) ;; *) die "restart: etcd or kube-apiserver, not '$c'" ;; esac
+  [ -f "$STATE/env" ] || die "the node is not up (just node-up)"
+  # shellcheck disable=SC1091
+  source "$STATE/env"
+  running "$c" && kill -9 "$(cat "$PIDS/$c.pid")"
+  log "$c killed"
+  sleep "$down"
+  if [ "$c" = etcd ]; then start_etcd; else start_apiserver; fi
+  log "$c started again"
+}
+
 up() {
   if running kubelet && running kube-apiserver && kubectl_node get --raw /readyz >/dev/null 2>&1; then
     log "node already running"
@@ -231,23 +284,7 @@ up() {
   "$ROOT/target/debug/certs-gen" local --out "$PKI" >/dev/null
 
   rm -rf "$STATE/etcd-data"
-  start etcd "$BIN/etcd" --name node --data-dir "$STATE/etcd-data" \
-    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
-    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-    --initial-cluster node=http://127.0.0.1:2380 --unsafe-no-fsync --log-level warn
-  wait_for etcd etcd 30 in_netns curl -sf http://127.0.0.1:2379/health
-
-  # Pods reach the apiserver through the `kubernetes` Service (10.0.0.1, in the serving certificate),
-  # whose endpoint is the node's address; processes in the namespace use 127.0.0.1.
-  start kube-apiserver "$BIN/kube-apiserver" --etcd-servers http://127.0.0.1:2379 \
-    --bind-address 0.0.0.0 --advertise-address "$NODE_IP" --secure-port 6443 \
-    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
-    --client-ca-file "$PKI/ca.crt" \
-    --kubelet-client-certificate "$PKI/admin.crt" --kubelet-client-key "$PKI/admin.key" \
-    --kubelet-preferred-address-types InternalIP \
-    --service-account-issuer https://kubernetes.default.svc \
-    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
-    --service-cluster-ip-range "$SERVICE_CIDR" --authorization-mode Node,RBAC --allow-privileged=true
+  start_etcd
   cat >"$STATE/kubeconfig" <<KC
 apiVersion: v1
 kind: Config
@@ -266,7 +303,7 @@ contexts:
   context: {cluster: node, user: node-admin}
 current-context: node
 KC
-  wait_for kube-apiserver "kube-apiserver /readyz" 90 in_netns curl -sf --cacert "$PKI/ca.crt" https://127.0.0.1:6443/readyz
+  start_apiserver
 
   local kc="$STATE/kubeconfig"
   start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$kc" \
@@ -392,6 +429,7 @@ case "$cmd" in
     exec nsenter --net="/run/netns/$NETNS" -- env KUBECONFIG="$KUBECONFIG" PATH="$BIN:$PATH" "$@"
     ;;
   import) shift; import_images "$@" ;;
+  restart) shift; restart "$@" ;;
   keep-logs) keep_logs ;;
-  *) echo "usage: $0 up|down|status|exec -- CMD...|import FILE...|keep-logs" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|exec -- CMD...|import FILE...|restart etcd|kube-apiserver [SECS]|keep-logs" >&2; exit 2 ;;
 esac

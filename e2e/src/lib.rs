@@ -5,6 +5,7 @@ pub mod chart;
 pub mod companions;
 pub mod fixtures;
 pub mod migration;
+pub mod node;
 pub mod prometheus;
 pub mod proxy;
 pub mod rekindle;

@@ -68,7 +68,7 @@ fn init_logging(config: &Config) {
 /// Two clients from one read of the kubeconfig: one for the watches and everything else, and the
 /// writer's own, whose connection pool the watches do not hold (reload::warm keeps it open).
 async fn clients(config: &Config, metrics: &Metrics) -> Result<(Client, Client)> {
-    let kube_config = match &config.kubeconfig {
+    let mut kube_config = match &config.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
@@ -78,6 +78,15 @@ async fn clients(config: &Config, metrics: &Metrics) -> Result<(Client, Client)>
             .await
             .context("no kubeconfig and not in a cluster")?,
     };
+    // Which replica made a request, in the apiserver's audit log (client-go's agent names the binary).
+    let agent = format!(
+        "rekindle/{} ({})",
+        env!("CARGO_PKG_VERSION"),
+        instance_name(config).unwrap_or_default()
+    );
+    if let Ok(agent) = http::HeaderValue::from_str(&agent) {
+        kube_config.headers.push((http::header::USER_AGENT, agent));
+    }
     let host = kube_config
         .cluster_url
         .authority()
