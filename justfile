@@ -86,6 +86,22 @@ e2e-install: node-up companions
     cargo test -p e2e --features real-node --test install --no-run
     e2e/scripts/node.sh exec -- cargo test --offline -p e2e --features real-node --test install -- --test-threads=1 \
       || { e2e/scripts/node.sh keep-logs; exit 101; }
+    just chaos-run 3 target/chaos
+
+# The chaos soak on the real node (MINUTES, default 30): rekindle installed by helm with two replicas,
+# 52 workloads of every built-in kind, changes every 0.3-2 s, and at random intervals the leader pod
+# deleted, replicas SIGKILLed, SIGSTOPped, cut off from the apiserver and evicted, the apiserver and etcd
+# restarted. Fails on a lost or doubled reload or a write by a replica not leading (the apiserver's audit
+# log); report and plot in REPORT (bench/results: chaos.md, chaos.json, chaos.png).
+chaos MINUTES="30" REPORT="bench/results": node-up
+    just chaos-run {{MINUTES}} {{REPORT}}
+
+# The chaos soak on a node already up (what `chaos` and `e2e-install` run).
+chaos-run MINUTES REPORT:
+    cargo test -p e2e --features real-node --test chaos --no-run
+    e2e/scripts/node.sh exec -- env REKINDLE_CHAOS_MINUTES={{MINUTES}} REKINDLE_CHAOS_REPORT={{REPORT}} \
+      cargo test --offline -p e2e --features real-node --test chaos -- --nocapture \
+      || { e2e/scripts/node.sh keep-logs; exit 101; }
 
 # Say what runs.
 cluster-status:
