@@ -571,9 +571,13 @@ struct Verdict {
     /// Rollouts (or Jobs) carrying hashes an earlier one of the same workload carried, or more
     /// rollouts than changes.
     doubled: Vec<String>,
-    /// Successful workload writes by a replica that was not the last to take or renew the Lease, or
-    /// after its renew deadline.
+    /// Successful workload writes that arrived while the last committed Lease write was another
+    /// replica's (or a release): two writers.
     non_leader_writes: Vec<String>,
+    /// Writes by the replica holding the Lease that arrived more than its renew deadline after its last
+    /// Lease write arrived, with no other replica leading yet: sent just before its deadline and slow
+    /// to arrive, or late. Reported, not failed: nobody else was writing.
+    after_own_deadline: Vec<String>,
     /// Such writes that landed right after their replica's partition healed: sent before it, held in
     /// the network (the one write a leader cut off may still land).
     in_flight_at_partition: Vec<String>,
@@ -725,16 +729,19 @@ fn judge(
     {
         v.workload_writes += 1;
         let lease = leases.iter().rev().find(|l| l.0 <= w.received);
-        let ok = lease.is_some_and(|(_, holder, renewed)| {
-            *holder == Some(w.replica.as_str()) && w.received <= renewed + renew
-        });
-        if ok {
+        let holds = lease.is_some_and(|(_, holder, _)| *holder == Some(w.replica.as_str()));
+        let in_time = lease.is_some_and(|(_, _, renewed)| w.received <= renewed + renew);
+        if holds && in_time {
             continue;
         }
         let text = format!(
             "{:.2} s: {} {} {}/{} by {} (last Lease write: {:?})",
             w.received, w.verb, w.code, w.resource, w.name, w.replica, lease
         );
+        if holds {
+            v.after_own_deadline.push(text);
+            continue;
+        }
         let healed_just_before = faults.iter().any(|f| {
             f.replica.as_deref() == Some(&w.replica)
                 && f.what.contains("cut off")
@@ -780,6 +787,7 @@ fn report(
          | | |\n|---|---|\n| changes | {} |\n| faults | {} |\n| rollouts (generations, Jobs) | {} |\n\
          | successful workload writes (audit log) | {} |\n| **lost** | **{}** |\n| **doubled** | **{}** |\n\
          | **writes by a replica not leading** | **{}** |\n| writes held by a partition, landed at its heal | {} |\n\
+         | writes by the holder arriving after its renew deadline, nobody else leading | {} |\n\
          | change → reload, p50 / p99 / max | {:.2} s / {:.2} s / {:.2} s ({} change × workload pairs) |\n\n",
         v.workloads,
         v.changes,
@@ -790,6 +798,7 @@ fn report(
         v.doubled.len(),
         v.non_leader_writes.len(),
         v.in_flight_at_partition.len(),
+        v.after_own_deadline.len(),
         percentile(&lat, 0.5),
         percentile(&lat, 0.99),
         lat.last().copied().unwrap_or(0.0),
@@ -817,6 +826,10 @@ fn report(
         ("Doubled", &v.doubled),
         ("Writes by a replica not leading", &v.non_leader_writes),
         ("Writes held by a partition", &v.in_flight_at_partition),
+        (
+            "Writes by the holder after its renew deadline",
+            &v.after_own_deadline,
+        ),
     ] {
         if !list.is_empty() {
             md += &format!("\n## {title}\n\n");
@@ -1015,7 +1028,7 @@ async fn chaos_soak_loses_nothing_doubles_nothing_and_has_one_writer() -> Result
     );
     let settled = wait_for(
         "every workload on its current hashes",
-        Duration::from_secs(300),
+        Duration::from_secs(600),
         || async {
             let ends = end_states(&client, &ns.name, &all).await?;
             let v = judge(&ledger, &all, &current, &ends, &[]);
