@@ -4,7 +4,7 @@
 //! deliver it.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -86,7 +86,7 @@ impl Drop for FreezableProxy {
 }
 
 /// The apiserver's address in a kubeconfig (`server: https://HOST:PORT`).
-pub fn apiserver_addr(kubeconfig: &std::path::Path) -> Result<SocketAddr> {
+fn apiserver_addr(kubeconfig: &Path) -> Result<SocketAddr> {
     let text = std::fs::read_to_string(kubeconfig)
         .with_context(|| format!("reading {}", kubeconfig.display()))?;
     let server = text
@@ -99,19 +99,17 @@ pub fn apiserver_addr(kubeconfig: &std::path::Path) -> Result<SocketAddr> {
         .with_context(|| format!("server {server} in {}", kubeconfig.display()))
 }
 
-/// A copy of `kubeconfig` that reaches the apiserver through `proxy` (same credentials; the apiserver's
-/// certificate names 127.0.0.1, so TLS verifies unchanged). Written under the state directory as `name`.
-pub fn kubeconfig_through(
-    kubeconfig: &std::path::Path,
-    proxy: &FreezableProxy,
-    name: &str,
-) -> Result<PathBuf> {
+/// A proxy in front of the apiserver `kubeconfig` names, and a copy of `kubeconfig` that reaches it
+/// through the proxy (same credentials; the apiserver's certificate names 127.0.0.1, so TLS verifies
+/// unchanged), written under the state directory as `name`.
+pub async fn in_front_of(kubeconfig: &Path, name: &str) -> Result<(FreezableProxy, PathBuf)> {
     let upstream = apiserver_addr(kubeconfig)?;
+    let proxy = FreezableProxy::start(upstream).await?;
     let text = std::fs::read_to_string(kubeconfig)?.replace(
         &format!("server: https://{upstream}"),
         &format!("server: https://{}", proxy.addr),
     );
     let path = crate::state_dir().join(name);
     std::fs::write(&path, text)?;
-    Ok(path)
+    Ok((proxy, path))
 }

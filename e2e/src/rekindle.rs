@@ -70,6 +70,14 @@ pub struct Rekindle {
     binary: Option<PathBuf>,
 }
 
+/// The kubeconfig rekindle runs with unless a test gives another: its own identity, or
+/// REKINDLE_E2E_KUBECONFIG (the suite under another identity, the chart's RBAC).
+pub fn default_kubeconfig() -> PathBuf {
+    std::env::var_os("REKINDLE_E2E_KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| state_dir().join("rekindle.kubeconfig"))
+}
+
 pub fn free_port() -> Result<u16> {
     Ok(free_ports::<1>()?[0])
 }
@@ -148,12 +156,7 @@ impl Rekindle {
             cluster_wide: options.cluster_wide,
             binary: options.binary.clone(),
             webhook: options.webhook,
-            // REKINDLE_E2E_KUBECONFIG runs the suite under another identity (the chart's RBAC).
-            kubeconfig: options.kubeconfig.unwrap_or_else(|| {
-                std::env::var_os("REKINDLE_E2E_KUBECONFIG")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| state_dir().join("rekindle.kubeconfig"))
-            }),
+            kubeconfig: options.kubeconfig.unwrap_or_else(default_kubeconfig),
         };
         // The chart grants the Lease in its own namespace only.
         if let Ok(ns) = std::env::var("REKINDLE_E2E_POD_NAMESPACE") {

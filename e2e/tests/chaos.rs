@@ -228,23 +228,29 @@ impl Rng {
     }
 }
 
-/// Changes one resource to a new unique value, retrying until the apiserver takes it; its new hash.
-async fn change(client: &Client, ns: &str, r: &Res, value: &str) -> String {
+/// Writes one resource with `value` (creating it the first time, by server-side apply), retrying
+/// until the apiserver takes it; its new hash.
+async fn write(client: &Client, ns: &str, r: &Res, value: &str) -> String {
+    use base64::Engine as _;
+    let params = PatchParams::apply("rekindle-chaos").force();
     loop {
         let result = match r.kind {
             ResourceKind::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), ns)
                 .patch(
                     &r.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({"data": {"value": value}})),
+                    &params,
+                    &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": r.name}, "data": {"value": value}})),
                 )
                 .await
                 .map(|cm| configmap_hash_typed(&cm)),
             _ => Api::<Secret>::namespaced(client.clone(), ns)
                 .patch(
                     &r.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({"stringData": {"value": value}})),
+                    &params,
+                    &Patch::Apply(json!({"apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": r.name},
+                        "data": {"value": base64::engine::general_purpose::STANDARD.encode(value)}})),
                 )
                 .await
                 .map(|s| secret_hash_typed(&s)),
@@ -265,52 +271,47 @@ fn watch_workloads(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let by_key: Arc<BTreeMap<String, Workload>> =
         Arc::new(all.iter().map(|w| (w.key(), w.clone())).collect());
-    [
-        WorkloadKind::Deployment,
-        WorkloadKind::StatefulSet,
-        WorkloadKind::DaemonSet,
-        WorkloadKind::CronJob,
-        WorkloadKind::Job,
-    ]
-    .into_iter()
-    .map(|kind| {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), ns, &kind.api_resource());
-        let (ledger, by_key) = (ledger.clone(), by_key.clone());
-        tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default()).boxed();
-            while let Some(event) = events.next().await {
-                let Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) = event else {
-                    continue;
-                };
-                let owner = obj
-                    .owner_references()
-                    .iter()
-                    .find(|o| o.kind == "CronJob")
-                    .map(|o| format!("CronJob/{}", o.name));
-                let workload = owner
-                    .clone()
-                    .unwrap_or_else(|| format!("{}/{}", kind.name(), obj.name_any()));
-                let Some(w) = by_key.get(&workload) else {
-                    continue;
-                };
-                let Ok(value) = serde_json::to_value(&obj) else {
-                    continue;
-                };
-                let cronjob_job = owner.is_some();
-                let marker_kind = if cronjob_job { WorkloadKind::Job } else { kind };
-                ledger.seen.lock().unwrap().push(Seen {
-                    at: ledger.now(),
-                    workload,
-                    generation: obj.metadata.generation.unwrap_or(0),
-                    uid: obj.uid().unwrap_or_default(),
-                    markers: markers(&value, marker_kind, &w.uses),
-                    cronjob_job,
-                });
-            }
+    WORKLOADS
+        .into_iter()
+        .map(|(kind, _)| {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), ns, &kind.api_resource());
+            let (ledger, by_key) = (ledger.clone(), by_key.clone());
+            tokio::spawn(async move {
+                let mut events = watcher(api, watcher::Config::default()).boxed();
+                while let Some(event) = events.next().await {
+                    let Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) = event
+                    else {
+                        continue;
+                    };
+                    let owner = obj
+                        .owner_references()
+                        .iter()
+                        .find(|o| o.kind == "CronJob")
+                        .map(|o| format!("CronJob/{}", o.name));
+                    let workload = owner
+                        .clone()
+                        .unwrap_or_else(|| format!("{}/{}", kind.name(), obj.name_any()));
+                    let Some(w) = by_key.get(&workload) else {
+                        continue;
+                    };
+                    let Ok(value) = serde_json::to_value(&obj) else {
+                        continue;
+                    };
+                    let cronjob_job = owner.is_some();
+                    let marker_kind = if cronjob_job { WorkloadKind::Job } else { kind };
+                    ledger.seen.lock().unwrap().push(Seen {
+                        at: ledger.now(),
+                        workload,
+                        generation: obj.metadata.generation.unwrap_or(0),
+                        uid: obj.uid().unwrap_or_default(),
+                        markers: markers(&value, marker_kind, &w.uses),
+                        cronjob_job,
+                    });
+                }
+            })
         })
-    })
-    .collect()
+        .collect()
 }
 
 /// Each workload's markers as they are now: the object itself, a Job's current incarnation (not one
@@ -321,13 +322,7 @@ async fn end_states(
     all: &[Workload],
 ) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
     let mut out = BTreeMap::new();
-    for kind in [
-        WorkloadKind::Deployment,
-        WorkloadKind::StatefulSet,
-        WorkloadKind::DaemonSet,
-        WorkloadKind::CronJob,
-        WorkloadKind::Job,
-    ] {
+    for (kind, _) in WORKLOADS {
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), ns, &kind.api_resource());
         for obj in api.list(&Default::default()).await? {
@@ -956,32 +951,17 @@ async fn chaos_soak_loses_nothing_doubles_nothing_and_has_one_writer() -> Result
     let ns = TestNamespace::new(&client, "chaos").await?;
     let mut current: BTreeMap<Res, String> = BTreeMap::new();
     for i in 0..RESOURCES {
-        let cm: ConfigMap = serde_json::from_value(
-            json!({"metadata": {"name": format!("cm-{i}")}, "data": {"value": "0"}}),
-        )?;
-        let cm = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
-            .create(&Default::default(), &cm)
-            .await?;
-        current.insert(
-            Res {
-                kind: ResourceKind::ConfigMap,
-                name: cm.name_any(),
-            },
-            configmap_hash_typed(&cm),
-        );
-        let s: Secret = serde_json::from_value(
-            json!({"metadata": {"name": format!("secret-{i}")}, "stringData": {"value": "0"}}),
-        )?;
-        let s = Api::<Secret>::namespaced(client.clone(), &ns.name)
-            .create(&Default::default(), &s)
-            .await?;
-        current.insert(
-            Res {
-                kind: ResourceKind::Secret,
-                name: s.name_any(),
-            },
-            secret_hash_typed(&s),
-        );
+        for (kind, prefix) in [
+            (ResourceKind::ConfigMap, "cm"),
+            (ResourceKind::Secret, "secret"),
+        ] {
+            let r = Res {
+                kind,
+                name: format!("{prefix}-{i}"),
+            };
+            let hash = write(&client, &ns.name, &r, "0").await;
+            current.insert(r, hash);
+        }
     }
     let all = workloads();
     for w in &all {
@@ -1009,7 +989,7 @@ async fn chaos_soak_loses_nothing_doubles_nothing_and_has_one_writer() -> Result
             while ledger.start.elapsed() < end {
                 let r = &resources[rng.below(resources.len())];
                 n += 1;
-                let hash = change(&client, &ns, r, &format!("change-{n}")).await;
+                let hash = write(&client, &ns, r, &format!("change-{n}")).await;
                 ledger.changes.lock().unwrap().push(Change {
                     at: ledger.now(),
                     kind: r.kind,

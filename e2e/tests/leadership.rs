@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 use e2e::fixtures::{deployment, generation};
-use e2e::proxy::{kubeconfig_through, FreezableProxy};
-use e2e::rekindle::{Options, Rekindle};
-use e2e::{admin_client, apply_value, apply_yaml, dynamic_api, get_json, state_dir, wait_for};
+use e2e::proxy::{in_front_of, FreezableProxy};
+use e2e::rekindle::{default_kubeconfig, Options, Rekindle};
+use e2e::{admin_client, apply_value, apply_yaml, dynamic_api, get_json, wait_for};
 use e2e::{TestNamespace, TIMEOUT};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -45,13 +45,6 @@ fn ha_args() -> [String; 4] {
     ]
 }
 
-/// The kubeconfig rekindle runs with (as [`Rekindle::start`] chooses it).
-fn rekindle_kubeconfig() -> std::path::PathBuf {
-    std::env::var_os("REKINDLE_E2E_KUBECONFIG")
-        .map(Into::into)
-        .unwrap_or_else(|| state_dir().join("rekindle.kubeconfig"))
-}
-
 async fn change_cm(client: &Client, ns: &str, value: &str) -> Result<()> {
     Api::<ConfigMap>::namespaced(client.clone(), ns)
         .patch(
@@ -63,21 +56,26 @@ async fn change_cm(client: &Client, ns: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
+/// Where the replicas keep their Lease: the test's namespace, or the chart's under its RBAC.
+fn lease_namespace(ns: &str) -> String {
+    std::env::var("REKINDLE_E2E_POD_NAMESPACE").unwrap_or_else(|_| ns.to_string())
+}
+
 /// Starts replica `name` (its identity, its Lease namespace), optionally through another kubeconfig.
 async fn replica(
     client: &Client,
     ns: &str,
     name: &str,
-    args: &[&str],
     kubeconfig: Option<std::path::PathBuf>,
 ) -> Result<Rekindle> {
-    let lease_ns = std::env::var("REKINDLE_E2E_POD_NAMESPACE").unwrap_or_else(|_| ns.to_string());
+    let args = ha_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Rekindle::start(
         client,
         &[ns],
         Options {
-            args,
-            env: &[("POD_NAMESPACE", &lease_ns), ("POD_NAME", name)],
+            args: &args,
+            env: &[("POD_NAMESPACE", &lease_namespace(ns)), ("POD_NAME", name)],
             instance: name,
             kubeconfig,
             ..Default::default()
@@ -86,9 +84,22 @@ async fn replica(
     .await
 }
 
+/// Replica A, reaching the apiserver through a proxy the test can freeze, holding the Lease, and
+/// replica B beside it.
+async fn two_replicas(client: &Client, ns: &str) -> Result<(FreezableProxy, Rekindle, Rekindle)> {
+    let (proxy, through_proxy) = in_front_of(
+        &default_kubeconfig(),
+        &format!("{ns}-through-proxy.kubeconfig"),
+    )
+    .await?;
+    let a = replica(client, ns, "replica-a", Some(through_proxy)).await?;
+    wait_holder(client, ns, "replica-a").await?;
+    let b = replica(client, ns, "replica-b", None).await?;
+    Ok((proxy, a, b))
+}
+
 fn leases(client: &Client, ns: &str) -> Api<Lease> {
-    let lease_ns = std::env::var("REKINDLE_E2E_POD_NAMESPACE").unwrap_or_else(|_| ns.to_string());
-    Api::namespaced(client.clone(), &lease_ns)
+    Api::namespaced(client.clone(), &lease_namespace(ns))
 }
 
 async fn wait_holder(client: &Client, ns: &str, holder: &str) -> Result<()> {
@@ -150,17 +161,7 @@ async fn a_leader_cut_off_from_the_apiserver_stops_before_another_leads() -> Res
     let client = admin_client().await?;
     let ns = TestNamespace::new(&client, "e2e-freeze").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
-    let proxy = FreezableProxy::start(e2e::proxy::apiserver_addr(&rekindle_kubeconfig())?).await?;
-    let through_proxy = kubeconfig_through(
-        &rekindle_kubeconfig(),
-        &proxy,
-        &format!("{}-through-proxy.kubeconfig", ns.name),
-    )?;
-    let args = ha_args();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let a = replica(&client, &ns.name, "replica-a", &args, Some(through_proxy)).await?;
-    wait_holder(&client, &ns.name, "replica-a").await?;
-    let b = replica(&client, &ns.name, "replica-b", &args, None).await?;
+    let (proxy, a, b) = two_replicas(&client, &ns.name).await?;
 
     deployment("web")
         .auto()
@@ -270,17 +271,7 @@ async fn a_leader_cut_off_from_the_apiserver_stops_before_another_leads() -> Res
 async fn lease_timestamps_from_other_clocks_never_make_two_leaders() -> Result<()> {
     let client = admin_client().await?;
     let ns = TestNamespace::new(&client, "e2e-clock").await?;
-    let proxy = FreezableProxy::start(e2e::proxy::apiserver_addr(&rekindle_kubeconfig())?).await?;
-    let through_proxy = kubeconfig_through(
-        &rekindle_kubeconfig(),
-        &proxy,
-        &format!("{}-through-proxy.kubeconfig", ns.name),
-    )?;
-    let args = ha_args();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let a = replica(&client, &ns.name, "replica-a", &args, Some(through_proxy)).await?;
-    wait_holder(&client, &ns.name, "replica-a").await?;
-    let b = replica(&client, &ns.name, "replica-b", &args, None).await?;
+    let (proxy, a, b) = two_replicas(&client, &ns.name).await?;
     let leases = leases(&client, &ns.name);
     let stamp = |offset: jiff::SignedDuration| {
         (jiff::Timestamp::now() + offset)

@@ -570,6 +570,28 @@ fn writer(
     Ok(Arc::new(writer))
 }
 
+/// The watches started so far, each by its name (readiness and supervision know it by the same one).
+struct Watches<'a> {
+    ready: &'a ReadyTracker,
+    started: Vec<(String, Option<JoinHandle<()>>)>,
+}
+
+impl Watches<'_> {
+    /// Starts `watch`, registered first with readiness when its first sync counts there (so a quick
+    /// sync is never missed).
+    fn start(
+        &mut self,
+        name: String,
+        part: Option<WatchPart>,
+        watch: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        if let Some(part) = part {
+            self.ready.expect(&name, part);
+        }
+        self.started.push((name, Some(tokio::spawn(watch))));
+    }
+}
+
 /// Starts every watch of the configuration (resources per watched namespace, workloads, the namespace
 /// selector's Namespaces, CSI), each registered with the readiness tracker first.
 fn spawn_watches(
@@ -580,7 +602,6 @@ fn spawn_watches(
     optional: &[WorkloadKind],
 ) -> Vec<(String, Option<JoinHandle<()>>)> {
     let scope = &ctx.scope;
-    let ready = &ctx.ready;
     let namespaces: Vec<Option<String>> = match scope.watched_namespaces() {
         Some(list) => list.iter().cloned().map(Some).collect(),
         None => vec![None],
@@ -594,13 +615,16 @@ fn spawn_watches(
             None => c,
         }
     };
-    let mut watches = Vec::new();
+    let mut watches = Watches {
+        ready: &ctx.ready,
+        started: Vec::new(),
+    };
     if scope.selector().is_some() {
-        ready.expect("namespaces", WatchPart::Scope);
-        watches.push((
-            "namespaces".to_string(),
-            tokio::spawn(watch::namespaces(client.clone(), ctx.clone())),
-        ));
+        watches.start(
+            "namespaces".into(),
+            Some(WatchPart::Scope),
+            watch::namespaces(client.clone(), ctx.clone()),
+        );
     }
     for ns in &namespaces {
         let star = ns.as_deref().unwrap_or("*");
@@ -609,13 +633,10 @@ fn spawn_watches(
                 Some(n) => Api::namespaced(client.clone(), n),
                 None => Api::all(client.clone()),
             };
-            ready.expect(
-                &format!("configmaps/{star}"),
-                WatchPart::Resources(ResourceKind::ConfigMap),
-            );
-            watches.push((
+            watches.start(
                 format!("configmaps/{star}"),
-                tokio::spawn(watch::resources(
+                Some(WatchPart::Resources(ResourceKind::ConfigMap)),
+                watch::resources(
                     api,
                     label_config(watcher::Config::default()),
                     ResourceKind::ConfigMap,
@@ -623,68 +644,50 @@ fn spawn_watches(
                     ns.clone(),
                     configmap_hash_typed,
                     ctx.clone(),
-                )),
-            ));
+                ),
+            );
         }
         if !config.ignore_secrets {
             // Helm release blobs are large and never mounted: keep them out of the watch.
             let wc = label_config(watcher::Config::default().fields("type!=helm.sh/release.v1"));
-            ready.expect(
-                &format!("secrets/{star}"),
-                WatchPart::Resources(ResourceKind::Secret),
-            );
-            watches.push((
+            watches.start(
                 format!("secrets/{star}"),
-                tokio::spawn(watch::secrets(client.clone(), wc, ns.clone(), ctx.clone())),
-            ));
+                Some(WatchPart::Resources(ResourceKind::Secret)),
+                watch::secrets(client.clone(), wc, ns.clone(), ctx.clone()),
+            );
         }
         if config.enable_csi {
             let labels = config
                 .resource_label_selector
                 .as_ref()
                 .map(|s| s.to_string());
-            watches.push((
+            watches.start(
                 format!("secretproviderclasspodstatuses/{star}"),
-                tokio::spawn(watch::spcps(
-                    client.clone(),
-                    ns.clone(),
-                    labels,
-                    ctx.clone(),
-                )),
-            ));
-            watches.push((
+                None,
+                watch::spcps(client.clone(), ns.clone(), labels, ctx.clone()),
+            );
+            watches.start(
                 format!("secretproviderclasses/{star}"),
-                tokio::spawn(watch::spcs(client.clone(), ns.clone(), ctx.clone())),
-            ));
+                None,
+                watch::spcs(client.clone(), ns.clone(), ctx.clone()),
+            );
         }
         for kind in optional {
-            watches.push((
+            watches.start(
                 format!("{}/{star}", kind.name()),
-                tokio::spawn(watch::optional_workloads(
-                    client.clone(),
-                    *kind,
-                    ns.clone(),
-                    ctx.clone(),
-                )),
-            ));
+                None,
+                watch::optional_workloads(client.clone(), *kind, ns.clone(), ctx.clone()),
+            );
         }
         for kind in builtin {
-            ready.expect(&format!("{}/{star}", kind.name()), WatchPart::Workloads);
-            watches.push((
+            watches.start(
                 format!("{}/{star}", kind.name()),
-                tokio::spawn(watch::workloads(
-                    client.clone(),
-                    *kind,
-                    ns.clone(),
-                    ctx.clone(),
-                )),
-            ));
+                Some(WatchPart::Workloads),
+                watch::workloads(client.clone(), *kind, ns.clone(), ctx.clone()),
+            );
         }
     }
-    watches
-        .into_iter()
-        .map(|(name, task)| (name, Some(task)))
-        .collect()
+    watches.started
 }
 
 /// This replica's name: the pod's (downward API), else the host's.
