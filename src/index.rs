@@ -526,11 +526,16 @@ impl Index {
             && state.provisional.get(key).is_none_or(|(e, _)| one(e))
     }
 
-    /// The confirmed workload's skeleton, to plan a reload from without reading the object.
-    pub fn skeleton(&self, key: &WorkloadKey) -> Option<Value> {
+    /// The confirmed workload's skeleton and the resourceVersion it was taken at, to plan a reload
+    /// from (and guard its write with) without reading the object.
+    pub fn skeleton(&self, key: &WorkloadKey) -> Option<(Value, Option<u64>)> {
         // Copied out first: parsing under the lock would hold up admission's writes.
-        let text = self.read().workloads.get(key)?.skeleton.clone()?;
-        serde_json::from_str(&text).ok()
+        let (text, rv) = {
+            let state = self.read();
+            let entry = state.workloads.get(key)?;
+            (entry.skeleton.clone()?, entry.resource_version)
+        };
+        Some((serde_json::from_str(&text).ok()?, rv))
     }
 
     pub fn workload(&self, key: &WorkloadKey) -> Option<WorkloadEntry> {
@@ -725,7 +730,8 @@ mod tests {
         index.apply_workload(key.clone(), written("h1", "12"));
         index.apply_workload(key.clone(), written("h2", "13"));
         assert_eq!(marker(&index).as_deref(), Some("h2"));
-        let skeleton = index.skeleton(&key).unwrap();
+        let (skeleton, rv) = index.skeleton(&key).unwrap();
+        assert_eq!(rv, Some(13));
         assert_eq!(
             skeleton.pointer("/spec/template/spec/containers/0/env/0/value"),
             Some(&json!("h2"))

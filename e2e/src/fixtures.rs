@@ -113,6 +113,16 @@ pub fn generation(d: &Value) -> u64 {
         .unwrap_or(0)
 }
 
+/// The value of env var `name` on a workload's first container.
+pub fn env_value(d: &Value, name: &str) -> Option<String> {
+    d.pointer("/spec/template/spec/containers/0/env")?
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)
+        .and_then(|e| e["value"].as_str())
+        .map(String::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

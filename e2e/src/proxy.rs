@@ -1,7 +1,8 @@
 //! A TCP proxy on 127.0.0.1 whose path the test can freeze: while frozen, bytes are neither delivered
 //! nor refused (a partition that drops packets, not one that resets connections), new connections are
 //! accepted and held, and what was held flows again once healed, as TCP's retransmissions would
-//! deliver it.
+//! deliver it. The path can also freeze one way only: requests held, answers and watch events still
+//! delivered (a client that keeps learning of changes while nothing it sends arrives).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,7 +14,10 @@ use tokio::sync::watch;
 
 pub struct FreezableProxy {
     pub addr: SocketAddr,
-    frozen: watch::Sender<bool>,
+    /// Client to apiserver.
+    requests: watch::Sender<bool>,
+    /// Apiserver to client.
+    answers: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -49,33 +53,47 @@ impl FreezableProxy {
     pub async fn start(upstream: SocketAddr) -> Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let (frozen, rx) = watch::channel(false);
+        let (requests, up) = watch::channel(false);
+        let (answers, down) = watch::channel(false);
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let mut rx = rx.clone();
+                let (mut up, down) = (up.clone(), down.clone());
                 tokio::spawn(async move {
-                    open(&mut rx).await;
+                    open(&mut up).await;
                     let Ok(server) = TcpStream::connect(upstream).await else {
                         return;
                     };
                     let (client_read, client_write) = client.into_split();
                     let (server_read, server_write) = server.into_split();
                     tokio::join!(
-                        pump(client_read, server_write, rx.clone()),
-                        pump(server_read, client_write, rx),
+                        pump(client_read, server_write, up),
+                        pump(server_read, client_write, down),
                     );
                 });
             }
         });
-        Ok(Self { addr, frozen, task })
+        Ok(Self {
+            addr,
+            requests,
+            answers,
+            task,
+        })
     }
 
+    /// Both ways.
     pub fn freeze(&self) {
-        self.frozen.send_replace(true);
+        self.requests.send_replace(true);
+        self.answers.send_replace(true);
+    }
+
+    /// Requests only: what the client sends is held, what the apiserver sends still arrives.
+    pub fn freeze_requests(&self) {
+        self.requests.send_replace(true);
     }
 
     pub fn heal(&self) {
-        self.frozen.send_replace(false);
+        self.requests.send_replace(false);
+        self.answers.send_replace(false);
     }
 }
 

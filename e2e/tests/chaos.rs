@@ -566,11 +566,6 @@ struct Verdict {
     /// Rollouts (or Jobs) carrying hashes an earlier one of the same workload carried, or more
     /// rollouts than changes.
     doubled: Vec<String>,
-    /// Such doublings of a workload that a write held by a partition reached (see
-    /// `in_flight_at_partition`): the old leader's write, planned before the new leader's, landing after
-    /// it and putting older hashes back, which the new leader then replaced again. Reported apart, and
-    /// not failed: the guard that would refuse such a write is not built yet.
-    doubled_by_held_write: Vec<String>,
     /// Successful workload writes that arrived while the last committed Lease write was another
     /// replica's (or a release): two writers.
     non_leader_writes: Vec<String>,
@@ -581,6 +576,9 @@ struct Verdict {
     /// Such writes that landed right after their replica's partition healed: sent before it, held in
     /// the network (the one write a leader cut off may still land).
     in_flight_at_partition: Vec<String>,
+    /// Workload writes the apiserver refused with 409: planned from a version the object had moved
+    /// past (another writer in between, or a write held back by the network).
+    refused_as_stale: usize,
     rollouts: usize,
     workload_writes: usize,
     /// Seconds from a change to the first state of each dependent carrying it (or a later hash of the
@@ -723,7 +721,10 @@ fn judge(
         })
         .collect();
     let renew = RENEW_DEADLINE.as_secs_f64() + 0.25;
-    let mut held: BTreeSet<(String, String)> = BTreeSet::new();
+    v.refused_as_stale = writes
+        .iter()
+        .filter(|w| w.resource != "leases" && w.code == 409)
+        .count();
     for w in writes
         .iter()
         .filter(|w| w.resource != "leases" && w.code < 300)
@@ -743,7 +744,6 @@ fn judge(
             v.after_own_deadline.push(text);
             continue;
         }
-        let target = (w.resource.clone(), w.name.clone());
         let healed_just_before = faults.iter().any(|f| {
             f.replica.as_deref() == Some(&w.replica)
                 && f.what.contains("cut off")
@@ -751,19 +751,10 @@ fn judge(
         });
         if healed_just_before {
             v.in_flight_at_partition.push(text);
-            held.insert(target);
         } else {
             v.non_leader_writes.push(text);
         }
     }
-    let (by_held, doubled): (Vec<String>, Vec<String>) = v.doubled.drain(..).partition(|d| {
-        all.iter().any(|w| {
-            d.starts_with(&format!("{}:", w.key()))
-                && held.contains(&(w.kind.api_resource().plural, w.name.clone()))
-        })
-    });
-    v.doubled = doubled;
-    v.doubled_by_held_write = by_held;
     v
 }
 
@@ -799,7 +790,7 @@ fn report(
          | successful workload writes (audit log) | {} |\n| **lost** | **{}** |\n| **doubled** | **{}** |\n\
          | **writes by a replica not leading** | **{}** |\n| writes held by a partition, landed at its heal | {} |\n\
          | writes by the holder arriving after its renew deadline, nobody else leading | {} |\n\
-         | rollouts doubled by a write held by a partition (reported, not failed) | {} |\n\
+         | workload writes refused as stale (409) | {} |\n\
          | change → reload, p50 / p99 / max | {:.2} s / {:.2} s / {:.2} s ({} change × workload pairs) |\n\n",
         v.workloads,
         v.changes,
@@ -811,7 +802,7 @@ fn report(
         v.non_leader_writes.len(),
         v.in_flight_at_partition.len(),
         v.after_own_deadline.len(),
-        v.doubled_by_held_write.len(),
+        v.refused_as_stale,
         percentile(&lat, 0.5),
         percentile(&lat, 0.99),
         lat.last().copied().unwrap_or(0.0),

@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use e2e::fixtures::generation;
+use e2e::fixtures::{env_value, generation};
 use e2e::rekindle::{Options, Rekindle};
 use e2e::{
     admin_client, apply_value, dynamic_api, get_json, root, state_dir, wait_for, TestNamespace,
@@ -40,15 +40,6 @@ fn deployment(i: usize) -> Value {
         .auto()
         .uses_configmap(&format!("cm-{i}"))
         .build()
-}
-
-fn env_value(d: &Value, name: &str) -> Option<String> {
-    d.pointer("/spec/template/spec/containers/0/env")?
-        .as_array()?
-        .iter()
-        .find(|e| e["name"] == name)
-        .and_then(|e| e["value"].as_str())
-        .map(String::from)
 }
 
 /// Waits until Deployment `name`'s env var `var` is `want` (`None`: until it is gone).

@@ -370,17 +370,19 @@ fn render_one(
 }
 
 /// Renders marker changes as one strategic-merge patch, for the built-in kinds. Containers merge by
-/// name, env vars by name and annotations by key, so the patch names no list position and needs no
-/// resourceVersion: another writer of the same object (the deployment controller, an HPA, a GitOps
-/// tool relabelling it) never makes it fail, and the apiserver merges it into the object as it is then.
-/// Annotation values are those of the JSON-patch rendering applied to `obj`, so both agree.
+/// name, env vars by name and annotations by key, so the patch names no list position. It carries the
+/// resourceVersion of the object it was planned from, which the apiserver checks: a write delayed in
+/// the network (sent by a leader just before a partition, delivered at its heal) is refused with 409
+/// instead of putting older markers back over a newer leader's. Annotation values are those of the
+/// JSON-patch rendering applied to `obj`, so both agree.
 pub fn render_strategic(
     obj: &Value,
     kind: WorkloadKind,
     changes: &[MarkerChange],
+    resource_version: &str,
 ) -> Result<Value, RenderError> {
     let after = apply(obj, kind, changes)?;
-    let mut patch = json!({});
+    let mut patch = json!({"metadata": {"resourceVersion": resource_version}});
     // Env entries per container name, in the order the changes name them; the last one per var wins.
     let mut containers: Vec<(String, Vec<Value>)> = Vec::new();
     let mut env_entry = |container: usize, name: &str, entry: Value| -> Result<(), RenderError> {
@@ -507,10 +509,10 @@ mod tests {
             },
             MarkerChange::SetLastReloadedFrom { value: "{}".into() },
         ];
-        let patch = render_strategic(&obj, WorkloadKind::Deployment, &changes).unwrap();
+        let patch = render_strategic(&obj, WorkloadKind::Deployment, &changes, "41").unwrap();
         assert_eq!(
             patch,
-            json!({"spec": {"template": {
+            json!({"metadata": {"resourceVersion": "41"}, "spec": {"template": {
                 "metadata": {"annotations": {
                     "rekindle.io/config-hashes": r#"{"configmap/app":"h1"}"#,
                     "reloader.stakater.com/last-reloaded-from": "{}"
@@ -528,10 +530,10 @@ mod tests {
             place: Place::Metadata,
             key: "secret/s".into(),
         }];
-        let patch = render_strategic(&cron, WorkloadKind::CronJob, &remove).unwrap();
+        let patch = render_strategic(&cron, WorkloadKind::CronJob, &remove, "7").unwrap();
         assert_eq!(
             patch,
-            json!({"metadata": {"annotations": {"rekindle.io/config-hashes": null}}})
+            json!({"metadata": {"resourceVersion": "7", "annotations": {"rekindle.io/config-hashes": null}}})
         );
         // A container index the object does not have is an error, not a patch for a new container.
         let missing = vec![MarkerChange::SetEnv {
@@ -539,7 +541,7 @@ mod tests {
             name: "X".into(),
             value: "v".into(),
         }];
-        assert!(render_strategic(&obj, WorkloadKind::Deployment, &missing).is_err());
+        assert!(render_strategic(&obj, WorkloadKind::Deployment, &missing, "41").is_err());
     }
 
     fn deploy(containers: Value) -> Value {

@@ -300,8 +300,8 @@ mod tests {
                         assert_eq!(full.changes, cut.changes, "{kind} {res} {name} {event:?}");
                         assert_eq!(full.action, cut.action);
                         assert_eq!(full.decision.reload, cut.decision.reload);
-                        let a = render_strategic(&obj, kind, &full.changes).unwrap();
-                        let b = render_strategic(&skel, kind, &cut.changes).unwrap();
+                        let a = render_strategic(&obj, kind, &full.changes, "1").unwrap();
+                        let b = render_strategic(&skel, kind, &cut.changes, "1").unwrap();
                         assert_eq!(a, b, "{kind} {res} {name} {event:?}");
                         compared += usize::from(!full.changes.is_empty());
                     }

@@ -2,11 +2,14 @@
 //!
 //! Deployments, StatefulSets, DaemonSets and CronJobs (patched in place) are planned from the index's
 //! skeleton of the object (`core::skeleton`) and get one strategic-merge patch (containers and env vars
-//! keyed by name, annotations by key): no GET, no resourceVersion, so a busy workload whose other
-//! fields keep changing (status, labels, an HPA's replicas) is never starved by conflicts. The PATCH
-//! response replaces the index's record, so a reload right after plans from what was written.
-//! Conflicts and transient errors are retried after reading the object (the index may be behind it);
-//! what would fail the same way again is not (see [`super::error::WriteError`]).
+//! keyed by name, annotations by key), no GET. Every write carries the resourceVersion it was planned
+//! from: a write the network held back until after another leader moved the object is refused (409)
+//! rather than putting older markers back, which would roll the workload twice. The index follows the
+//! watch, so a guard is stale only when the object changed in the last moments (status, an HPA's
+//! replicas); that conflict is retried once after reading the object. The PATCH response replaces the
+//! index's record, so a reload right after plans from what was written. Conflicts and transient
+//! errors are retried after reading the object; what would fail the same way again is not (see
+//! [`super::error::WriteError`]).
 //! CRD kinds (Rollouts, DeploymentConfigs) have no strategic merge, and a Deployment being paused changes
 //! fields a merge cannot guard: those are read and get a JSON patch guarded by the resourceVersion (a
 //! `test` op), re-read and retried on conflict (422 from the failed test, or 409). Jobs and CronJobs
@@ -316,16 +319,16 @@ impl Writer {
         }
     }
 
-    /// What to plan from: the index's skeleton (no resourceVersion), or the object read from the API
-    /// with its resourceVersion; `None` when the object is gone.
+    /// What to plan from, and the resourceVersion that guards the write: the index's skeleton, or the
+    /// object read from the API; `None` when the object is gone.
     async fn view(
         &self,
         api: &Api<DynamicObject>,
         key: &WorkloadKey,
         from_index: bool,
-    ) -> Result<Option<(Value, Option<String>)>, WriteError> {
+    ) -> Result<Option<(Value, String)>, WriteError> {
         let reason = match self.planning_view(key, from_index) {
-            Ok(skeleton) => return Ok(Some((skeleton, None))),
+            Ok((skeleton, rv)) => return Ok(Some((skeleton, rv.to_string()))),
             Err(reason) => reason,
         };
         self.metrics
@@ -348,7 +351,7 @@ impl Writer {
             .ok_or_else(|| WriteError::Invalid("object has no resourceVersion".into()))?;
         let value = serde_json::to_value(&obj)
             .map_err(|_| WriteError::Invalid("object does not serialise".into()))?;
-        Ok(Some((value, Some(rv))))
+        Ok(Some((value, rv)))
     }
 
     /// Plans every pending change of the workload in turn, each on the result of the ones before.
@@ -440,26 +443,34 @@ impl Writer {
         }
     }
 
-    /// The skeleton to plan from, or why the object must be read instead (the metric's reason).
-    fn planning_view(&self, key: &WorkloadKey, from_index: bool) -> Result<Value, &'static str> {
+    /// The skeleton to plan from and its resourceVersion, or why the object must be read instead (the
+    /// metric's reason).
+    fn planning_view(
+        &self,
+        key: &WorkloadKey,
+        from_index: bool,
+    ) -> Result<(Value, u64), &'static str> {
         if !from_index {
             return Err("retry");
         }
-        let skeleton = self.index.skeleton(key).ok_or("not_indexed")?;
+        let (skeleton, rv) = self.index.skeleton(key).ok_or("not_indexed")?;
+        // Only a record with no resourceVersion to guard the write with (never seen stored).
+        let rv = rv.ok_or("not_indexed")?;
         if skeleton::needs_live_object(&self.plan, &skeleton, key.kind) {
             return Err("kind");
         }
-        Ok(skeleton)
+        Ok((skeleton, rv))
     }
 
     /// A strategic-merge patch for built-in kinds; otherwise (CRDs, a Deployment being paused, a Rollout
-    /// restart, which also sets `spec.restartAt`) a JSON patch guarded by the resourceVersion.
+    /// restart, which also sets `spec.restartAt`) a JSON patch. Both are guarded by the resourceVersion
+    /// the plan was made from.
     async fn patch(
         &self,
         api: &Api<DynamicObject>,
         key: &WorkloadKey,
         value: &Value,
-        rv: Option<String>,
+        rv: String,
         changes: &[MarkerChange],
         restart: bool,
     ) -> Result<(), WriteError> {
@@ -498,14 +509,12 @@ impl Writer {
             .await;
         }
         if strategic {
-            let body = patch::render_strategic(value, key.kind, changes)
+            let body = patch::render_strategic(value, key.kind, changes, &rv)
                 .map_err(|e| WriteError::Render(e.to_string()))?;
             let written = Self::send(api, &key.name, &params, &Patch::Strategic(body)).await?;
             self.record_written(key, &written);
             return Ok(());
         }
-        // Only planning from the index leaves `rv` unset, and that is never done for these patches.
-        let rv = rv.ok_or_else(|| WriteError::Render("no resourceVersion to guard".into()))?;
         let mut ops = patch::render(value, key.kind, changes)
             .map_err(|e| WriteError::Render(e.to_string()))?;
         ops.insert(0, patch::test_resource_version(&rv));
@@ -557,7 +566,7 @@ impl Writer {
         key: &WorkloadKey,
         value: &Value,
         working: &Value,
-        rv: Option<String>,
+        rv: String,
         changes: &[MarkerChange],
     ) -> Result<(), WriteError> {
         let hashes: Vec<&str> = changes

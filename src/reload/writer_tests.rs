@@ -160,10 +160,54 @@ async fn a_deployment_gets_one_strategic_patch_and_no_read() {
     assert_eq!(patch.content_type, "application/strategic-merge-patch+json");
     let env = &patch.body["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(env["name"], "app");
-    assert!(patch.body.pointer("/metadata/resourceVersion").is_none());
+    assert_eq!(
+        patch.body.pointer("/metadata/resourceVersion"),
+        Some(&json!("7")),
+        "guarded by the version the index planned from"
+    );
     assert_eq!(server.events.len(), 1, "one Reloaded Event");
     assert_eq!(server.events[0]["reason"], "Reloaded");
     assert_eq!(failures(&metrics, "transient"), 0);
+}
+
+/// A guarded patch that lost to another write (the object moved since the index saw it, or the write
+/// was held back by the network) is planned again from the object as it is now, on its version.
+#[tokio::test]
+async fn a_strategic_patch_that_lost_to_another_write_is_planned_again_from_the_object() {
+    let mut n = 0;
+    let (f, key, pending) = fixture(
+        WorkloadKind::Deployment,
+        "web",
+        &deployment("7"),
+        move |s| {
+            n += 1;
+            match (n, &s.method) {
+                (1, &Method::PATCH) => {
+                    (409, status(409, "Conflict", "the object has been modified"))
+                }
+                (_, &Method::GET) => (200, deployment("8")),
+                _ => (200, deployment("9")),
+            }
+        },
+    );
+    assert!(f.writer.reload(&key, &pending).await);
+    let metrics = f.metrics.clone();
+    let server = f.finish().await;
+    assert_eq!(
+        summary(&server),
+        [
+            ("PATCH".into(), DEPLOYMENT.into()),
+            ("GET".into(), DEPLOYMENT.into()),
+            ("PATCH".into(), DEPLOYMENT.into()),
+        ]
+    );
+    let versions: Vec<_> = [0, 2]
+        .iter()
+        .map(|&i| server.requests[i].body["metadata"]["resourceVersion"].clone())
+        .collect();
+    assert_eq!(versions, [json!("7"), json!("8")]);
+    assert_eq!(failures(&metrics, "conflict"), 1);
+    assert_eq!(server.events.len(), 1, "reloaded once");
 }
 
 #[tokio::test]
