@@ -542,7 +542,7 @@ impl Index {
         self.read().workloads.get(key).cloned()
     }
 
-    /// Workloads whose marker for a resource differs from the resource's current hash (catch-up, §10),
+    /// Workloads whose marker for a resource differs from the resource's current hash (catch-up, behaviour §10),
     /// among the workloads whose every marker is for a resource of one of `kinds`: a catch-up of some
     /// kinds leaves a workload that also has markers of others to the catch-up of all, so that it is
     /// reloaded once. Absent markers are left alone.

@@ -1,4 +1,4 @@
-//! Pause, create/delete handling and scope flags through the real apiserver (SPEC §10–§11).
+//! Pause, create/delete handling and scope flags through the real apiserver (behaviour §10–§11).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! CronJob, Job and Argo Rollout reloads through the real apiserver (SPEC §9).
+//! CronJob, Job and Argo Rollout reloads through the real apiserver (behaviour §9).
 
 use std::time::Duration;
 

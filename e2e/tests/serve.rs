@@ -1,4 +1,4 @@
-//! rekindle serve against the real apiserver: admission stamping, the watch, the writer (SPEC §5–§10).
+//! rekindle serve against the real apiserver: admission stamping, the watch, the writer (behaviour §5–§10).
 //! Every test runs its own rekindle scoped to its own namespace.
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! The mutating admission webhook: records a workload's references in the index and stamps the current
-//! config hashes into it (SPEC §8). Pure given the index: no client, no network. A resource the index
+//! config hashes into it (behaviour §8). Pure given the index: no client, no network. A resource the index
 //! does not know yet is read by [`lookup`] between two passes of a review (see `http`).
 //!
 //! It never denies. A malformed request is a 400 (the apiserver never sends one); anything else that

@@ -1,5 +1,5 @@
 //! The command line: Reloader's flags with Reloader's names and defaults, plus rekindle's own, parsed the
-//! way a Reloader command line is written (SPEC §12) and validated into a typed [`Config`].
+//! way a Reloader command line is written (behaviour §12) and validated into a typed [`Config`].
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

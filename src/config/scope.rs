@@ -1,4 +1,4 @@
-//! Which namespaces rekindle acts in (SPEC §11): `--namespaces` > KUBERNETES_NAMESPACE > cluster-wide,
+//! Which namespaces rekindle acts in (behaviour §11): `--namespaces` > KUBERNETES_NAMESPACE > cluster-wide,
 //! with `--namespaces-to-ignore` and `--namespace-selector` in cluster-wide mode.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};

@@ -1,4 +1,4 @@
-//! Env-var names, byte-for-byte as Reloader builds them (SPEC §3).
+//! Env-var names, byte-for-byte as Reloader builds them (behaviour §3).
 
 use super::ResourceKind;
 
@@ -65,6 +65,16 @@ mod tests {
             ("", ""),
         ] {
             assert_eq!(convert(input), want, "convert({input:?})");
+        }
+    }
+
+    /// docs/behaviour.md §3's examples.
+    #[test]
+    fn the_documented_examples_hold() {
+        let rows = crate::core::behaviour_doc::table("3.");
+        assert!(!rows.is_empty());
+        for row in rows {
+            assert_eq!(convert(&row[0]), row[1], "{row:?}");
         }
     }
 

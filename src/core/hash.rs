@@ -1,4 +1,4 @@
-//! Config hashes, byte-identical to Reloader's (SPEC §2).
+//! Config hashes, byte-identical to Reloader's (behaviour §2).
 //!
 //! Reloader joins `key=value` strings, sorts them bytewise, joins with `;` and takes SHA-1. We feed the
 //! pieces to the hasher one by one instead of building the joined string, so hashing a 1 MiB ConfigMap
@@ -175,6 +175,27 @@ mod tests {
             spcps_hash("my-spc", [("parameter1", "v1")]),
             "eaf5523e4ff6005490a1bf250d6efdcf9b1b9b9c"
         );
+    }
+
+    /// docs/behaviour.md §2 states these vectors: each documented string hashes to its documented
+    /// SHA-1, and the functions give those SHA-1s for the documented inputs, in the table's order.
+    #[test]
+    fn the_documented_vectors_hold() {
+        let rows = crate::core::behaviour_doc::table("2.");
+        for row in &rows {
+            let string = if row[1] == "(empty)" { "" } else { &row[1] };
+            assert_eq!(sha1_hex(string.as_bytes()), row[2], "row {row:?}");
+        }
+        let computed = [
+            configmap_hash([("test.url", "www.stakater.com")], []),
+            configmap_hash([], []),
+            configmap_hash([("b", "2"), ("a", "1")], []),
+            configmap_hash([("test", "test")], [("bintest", b"test".as_slice())]),
+            secret_hash([("password", b"initial".as_slice())]),
+            spcps_hash("my-spc", [("parameter1", "v1")]),
+        ];
+        let documented: Vec<&str> = rows.iter().map(|r| r[2].as_str()).collect();
+        assert_eq!(computed.as_slice(), documented.as_slice());
     }
 
     #[test]

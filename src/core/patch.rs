@@ -1,4 +1,4 @@
-//! Marker changes (SPEC §7, §10) and their rendering as RFC 6902 operations against one object.
+//! Marker changes (behaviour §7, §10) and their rendering as RFC 6902 operations against one object.
 //!
 //! A marker change says what must change ("set env var X=h on container 0"); rendering turns it into
 //! JSON-patch ops that apply to exactly the object given: parents are added only when absent, `replace`
@@ -140,7 +140,7 @@ pub fn env_value<'a>(
         .as_str()
 }
 
-/// The value of env var `name` in the first container carrying it (the CSI check of SPEC §7).
+/// The value of env var `name` in the first container carrying it (the CSI check of behaviour §7).
 pub fn first_env_value<'a>(obj: &'a Value, kind: WorkloadKind, name: &str) -> Option<&'a str> {
     let mut ptr = template_pointer(kind);
     ptr.push_back("spec");

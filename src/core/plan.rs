@@ -1,4 +1,4 @@
-//! One decision end to end: policy (§5), container (§6) and marker changes (§7, §10) for one workload
+//! One decision end to end: policy (behaviour §5), container (§6) and marker changes (§7, §10) for one workload
 //! and one changed resource. The webhook, the writer and `rekindle explain` all call this.
 
 use std::collections::BTreeMap;

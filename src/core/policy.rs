@@ -1,4 +1,4 @@
-//! The annotation policy: should workload W reload for a change of resource R? (SPEC §4–§5)
+//! The annotation policy: should workload W reload for a change of resource R? (behaviour §4–§5)
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -263,7 +263,7 @@ pub fn list_elements(value: &str) -> impl Iterator<Item = &str> {
     value.split(',').map(str::trim).filter(|s| !s.is_empty())
 }
 
-/// SPEC §5. `pod_spec` is the workload's pod spec (for the reference check of auto outcomes).
+/// behaviour §5. `pod_spec` is the workload's pod spec (for the reference check of auto outcomes).
 pub fn decide(
     cfg: &PolicyConfig,
     kind: WorkloadKind,

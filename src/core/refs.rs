@@ -1,5 +1,5 @@
-//! Which ConfigMaps, Secrets and SecretProviderClasses a pod template uses (SPEC §1), and which container
-//! gets the env var for one of them (SPEC §6).
+//! Which ConfigMaps, Secrets and SecretProviderClasses a pod template uses (behaviour §1), and which container
+//! gets the env var for one of them (behaviour §6).
 
 use std::collections::BTreeSet;
 
@@ -53,7 +53,7 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     at(v, pointer).and_then(Value::as_str)
 }
 
-/// Every resource a pod spec names anywhere, before the container rule of §1 filters them.
+/// Every resource a pod spec names anywhere, before the container rule of behaviour §1 filters them.
 fn named_resources(spec: &Value) -> BTreeSet<ResourceRef> {
     let mut out = BTreeSet::new();
     let mut add = |kind, name: Option<&str>| {
@@ -104,7 +104,7 @@ fn named_resources(spec: &Value) -> BTreeSet<ResourceRef> {
     out
 }
 
-/// The resources a pod spec references in the sense of SPEC §1: those for which the auto container
+/// The resources a pod spec references in the sense of behaviour §1: those for which the auto container
 /// choice finds a container.
 pub fn references(spec: &Value) -> BTreeSet<ResourceRef> {
     named_resources(spec)
@@ -113,7 +113,7 @@ pub fn references(spec: &Value) -> BTreeSet<ResourceRef> {
         .collect()
 }
 
-/// Whether the pod spec references `name` of `kind` (SPEC §1).
+/// Whether the pod spec references `name` of `kind` (behaviour §1).
 pub fn is_referenced(spec: &Value, kind: ResourceKind, name: &str) -> bool {
     choose_container(spec, kind, name, true).is_some()
 }
@@ -185,7 +185,7 @@ fn container_ref(containers: &[Value], index: usize) -> Option<ContainerRef> {
     })
 }
 
-/// SPEC §6. `auto` is true for auto/search decisions, which need a real reference; a named decision
+/// behaviour §6. `auto` is true for auto/search decisions, which need a real reference; a named decision
 /// falls back to the first container.
 pub fn choose_container(
     spec: &Value,

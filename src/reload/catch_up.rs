@@ -1,4 +1,4 @@
-//! The catch-up (SPEC §10): workloads whose marker differs from the current hash of the resource it
+//! The catch-up (behaviour §10): workloads whose marker differs from the current hash of the resource it
 //! is for were not reloaded for a change made while rekindle was down (or before this replica led),
 //! and are queued as if the change were seen live.
 //!
