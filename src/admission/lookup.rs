@@ -303,6 +303,7 @@ mod tests {
         let body = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview", "request": {"uid": "u", "operation": "CREATE",
             "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+            "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
             "namespace": "ns", "name": "web", "userInfo": {"username": "alice"},
             "object": {"apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": {"name": "web", "namespace": "ns",

@@ -14,8 +14,9 @@ use std::time::Instant;
 
 use base64::Engine as _;
 use json_patch::PatchOperation;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::{DynamicObject, GroupVersionKind};
+use serde_json::Value;
 
 use crate::config::scope::ScopeFilter;
 use crate::core::patch::{self, MarkerChange, Place};
@@ -29,47 +30,7 @@ use crate::metrics::{AdmissionLabels, Metrics};
 /// The most annotation bytes an object may carry (the apiserver's limit).
 const ANNOTATIONS_LIMIT: usize = 256 * 1024;
 
-#[derive(Debug, Deserialize)]
-struct Review {
-    request: Option<Request>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Request {
-    uid: String,
-    kind: Gvk,
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    name: Option<String>,
-    operation: String,
-    #[serde(default)]
-    sub_resource: Option<String>,
-    #[serde(default)]
-    user_info: UserInfo,
-    #[serde(default)]
-    object: Option<Value>,
-    #[serde(default)]
-    old_object: Option<Value>,
-    #[serde(default)]
-    dry_run: Option<bool>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Gvk {
-    #[serde(default)]
-    group: String,
-    #[serde(default)]
-    version: String,
-    kind: String,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct UserInfo {
-    #[serde(default)]
-    username: Option<String>,
-}
+type Request = AdmissionRequest<DynamicObject>;
 
 /// What stamping produced.
 enum Stamp {
@@ -109,7 +70,7 @@ pub struct Admission {
 }
 
 /// The kind of a request, when it is a workload kind rekindle handles.
-fn workload_kind(gvk: &Gvk, enabled: &[WorkloadKind]) -> Option<WorkloadKind> {
+fn workload_kind(gvk: &GroupVersionKind, enabled: &[WorkloadKind]) -> Option<WorkloadKind> {
     let kind: WorkloadKind = gvk.kind.parse().ok()?;
     let api_version = if gvk.group.is_empty() {
         gvk.version.clone()
@@ -136,11 +97,11 @@ impl Admission {
         looked_up: Option<&HashMap<ResourceKey, ResourceEntry>>,
     ) -> Result<Reviewed, String> {
         let started = Instant::now();
-        let review: Review =
+        let review: AdmissionReview<DynamicObject> =
             serde_json::from_slice(body).map_err(|e| format!("malformed AdmissionReview: {e}"))?;
-        let mut req = review
-            .request
-            .ok_or("malformed AdmissionReview: no request")?;
+        let mut req: Request = review
+            .try_into()
+            .map_err(|_| "malformed AdmissionReview: no request")?;
         let outcome = self.decide(&mut req, looked_up);
         if !outcome.lookups.is_empty() {
             return Ok(Reviewed::Lookup(outcome.lookups));
@@ -148,25 +109,28 @@ impl Admission {
         self.metrics
             .admission_requests
             .get_or_create(&AdmissionLabels {
-                operation: req.operation.to_ascii_lowercase(),
+                operation: operation_label(&req.operation).into(),
                 result: outcome.result.into(),
             })
             .inc();
-        let mut response = json!({"uid": req.uid, "allowed": true});
-        if !outcome.ops.is_empty() {
-            let bytes = serde_json::to_vec(&outcome.ops).map_err(|e| e.to_string())?;
-            response["patchType"] = json!("JSONPatch");
-            response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
-        }
+        let mut response = AdmissionResponse::from(&req);
         if !outcome.warnings.is_empty() {
-            response["warnings"] = json!(outcome.warnings);
+            response.warnings = Some(outcome.warnings);
+        }
+        let mut review = serde_json::to_value(response.into_review()).map_err(|e| e.to_string())?;
+        if !outcome.ops.is_empty() {
+            // Set here rather than with `AdmissionResponse::with_patch`, which serialises the patch as
+            // an array of numbers (kube-rs/kube#1781): the API documents base64, four times shorter.
+            let bytes = serde_json::to_vec(&outcome.ops).map_err(|e| e.to_string())?;
+            review["response"]["patchType"] = "JSONPatch".into();
+            review["response"]["patch"] = base64::engine::general_purpose::STANDARD
+                .encode(bytes)
+                .into();
         }
         self.metrics
             .admission_duration
             .observe(started.elapsed().as_secs_f64());
-        Ok(Reviewed::Done(
-            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
-        ))
+        Ok(Reviewed::Done(review))
     }
 
     /// Takes the object out of `req`: stamping works on it in place rather than on a copy.
@@ -186,14 +150,19 @@ impl Admission {
             return pass("unknown-kind");
         };
         if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
-            || !matches!(req.operation.as_str(), "CREATE" | "UPDATE")
+            || !matches!(req.operation, Operation::Create | Operation::Update)
         {
             return pass("out-of-scope");
         }
         if self.self_username.is_some() && req.user_info.username == self.self_username {
             return pass("self");
         }
-        let Some(obj) = req.object.take().filter(Value::is_object) else {
+        let Some(obj) = req
+            .object
+            .take()
+            .and_then(|o| serde_json::to_value(o).ok())
+            .filter(Value::is_object)
+        else {
             return Outcome {
                 result: "error",
                 warnings: vec!["rekindle: request without an object; allowed unchanged".into()],
@@ -251,9 +220,7 @@ impl Admission {
         mut obj: Value,
         looked_up: Option<&HashMap<ResourceKey, ResourceEntry>>,
     ) -> Result<Stamp, String> {
-        let name = req
-            .name
-            .clone()
+        let name = Some(req.name.clone())
             .filter(|n| !n.is_empty())
             .or_else(|| {
                 obj.pointer("/metadata/name")
@@ -263,7 +230,7 @@ impl Admission {
             .unwrap_or_default();
         let (entry, policy) = WorkloadEntry::with_policy(&self.plan, &obj, kind);
         // generateName: no name yet, so nothing to record; dry-run: no side effects.
-        let record = !name.is_empty() && req.dry_run != Some(true);
+        let record = !name.is_empty() && !req.dry_run;
         let key = WorkloadKey {
             kind,
             namespace: namespace.to_string(),
@@ -287,11 +254,12 @@ impl Admission {
             }
         }
 
-        let updating = req.operation == "UPDATE";
         let old = req
             .old_object
             .as_ref()
-            .filter(|o| updating && o.is_object());
+            .filter(|_| req.operation == Operation::Update)
+            .and_then(|o| serde_json::to_value(o).ok());
+        let old = old.as_ref();
         let mut ops = match old {
             Some(old) => plan::restore_markers(&self.plan, kind, old, &obj)?,
             None => Vec::new(),
@@ -404,6 +372,16 @@ impl Admission {
             }));
         }
         out
+    }
+}
+
+/// The `operation` label of `rekindle_admission_requests_total`.
+fn operation_label(op: &Operation) -> &'static str {
+    match op {
+        Operation::Create => "create",
+        Operation::Update => "update",
+        Operation::Delete => "delete",
+        Operation::Connect => "connect",
     }
 }
 

@@ -176,9 +176,21 @@ fn malformed_requests_are_refused_with_a_reason() {
     let a = admission(Strategy::EnvVars);
     assert!(a.review(b"{not json").unwrap_err().contains("malformed"));
     assert!(a
-        .review(b"{\"kind\": \"AdmissionReview\"}")
+        .review(b"{\"apiVersion\": \"admission.k8s.io/v1\", \"kind\": \"AdmissionReview\"}")
         .unwrap_err()
         .contains("no request"));
+    // The apiserver always sends the resource and the user; a request without them is malformed.
+    let mut body: Value = serde_json::from_slice(&review(
+        "CREATE",
+        &deployment(Value::Null),
+        None,
+        "a",
+        false,
+    ))
+    .unwrap();
+    body["request"].as_object_mut().unwrap().remove("resource");
+    let err = a.review(&serde_json::to_vec(&body).unwrap()).unwrap_err();
+    assert!(err.contains("resource"), "{err}");
     assert!(a.review(b"[1,2]").is_err());
 }
 
@@ -258,7 +270,8 @@ fn arb_container() -> impl proptest::strategy::Strategy<Value = Value> {
 fn arb_workload() -> impl proptest::strategy::Strategy<Value = Value> {
     (
         prop::collection::vec(arb_container(), 0..3),
-        prop_oneof![Just(json!({"reloader.stakater.com/auto": "true"})), Just(json!({"configmap.reloader.stakater.com/reload": "app-.*"})), Just(Value::Null), arb_json()],
+        // Metadata annotations are strings: the apiserver decodes the object before any webhook sees it.
+        prop_oneof![Just(json!({"reloader.stakater.com/auto": "true"})), Just(json!({"configmap.reloader.stakater.com/reload": "app-.*"})), Just(Value::Null), prop::collection::btree_map(".{0,12}", ".{0,12}", 0..3).prop_map(|m| json!(m))],
         prop_oneof![Just(json!({"app": "x"})), Just(Value::Null), Just(json!({"annotations": null})), Just(json!({"annotations": {"rekindle.io/config-hashes": "{not json"}})), arb_json()],
         prop_oneof![Just(json!([{"name": "v", "configMap": {"name": "app-config"}}])), Just(Value::Null), arb_json()],
     )
