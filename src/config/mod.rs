@@ -1,6 +1,8 @@
-//! Configuration: the command line and environment (`cli`), and the scope they select (`scope`,
+//! Configuration: the command line and environment (`cli`), the table of flags the chart and the README
+//! are checked against (`flags`), and the scope they select (`scope`,
 //! `selector`).
 pub mod cli;
+pub mod flags;
 pub mod scope;
 pub mod selector;
 
