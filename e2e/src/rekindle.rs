@@ -378,7 +378,7 @@ impl Rekindle {
     }
 
     /// Waits until rekindle has handled `handled` resource events and every reload they queued is
-    /// written (queue empty, nothing in flight). A test asserting that a change led to *no* reload
+    /// written or has failed (nothing queued but reloads waiting to be tried again, nothing in flight). A test asserting that a change led to *no* reload
     /// waits on this instead of sleeping: once it returns, any reload would already be visible.
     pub async fn settled(&self, handled: f64) -> Result<()> {
         crate::wait_for(
@@ -390,7 +390,8 @@ impl Rekindle {
                     return Ok(None);
                 }
                 let body = self.metrics().await?;
-                let idle = sample(&body, "rekindle_queue_depth ") == 0.0
+                let idle = sample(&body, "rekindle_queue_depth ")
+                    == sample(&body, "rekindle_reloads_awaiting_retry ")
                     && sample(&body, "rekindle_reloads_in_flight ") == 0.0;
                 Ok(idle.then_some(()))
             },

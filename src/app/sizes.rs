@@ -28,6 +28,7 @@ impl Collector for SizesCollector {
         let s = self.index.sizes();
         let depth = self.queue.depth() as i64;
         let in_flight = self.queue.in_flight() as i64;
+        let awaiting_retry = self.queue.awaiting_retry() as i64;
         let series = [
             (
                 "rekindle_index_resources",
@@ -53,6 +54,11 @@ impl Collector for SizesCollector {
                 "reloader_workqueue_depth",
                 "Workloads waiting to be reloaded",
                 depth,
+            ),
+            (
+                "rekindle_reloads_awaiting_retry",
+                "Queued workloads whose reload failed every attempt and waits to be tried again",
+                awaiting_retry,
             ),
             (
                 "rekindle_reloads_in_flight",
@@ -144,7 +150,7 @@ mod tests {
         ]);
         let (key, _) = queue.next().await;
         has(&["rekindle_queue_depth 0\n", "rekindle_reloads_in_flight 1\n"]);
-        queue.done(&key, true);
+        queue.done(&key, crate::reload::queue::Finished::Reloaded);
         has(&["rekindle_reloads_in_flight 0\n", "rekindle_leader 0\n"]);
         // Leadership as of the scrape, not of a poll.
         leading.send(Some(crate::reload::lease::forever())).unwrap();

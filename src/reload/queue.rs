@@ -31,6 +31,28 @@ pub struct Pending {
     pub first: Instant,
     pub due: Instant,
     pub changes: BTreeMap<ResourceRef, PendingChange>,
+    /// Reloads of these changes that failed every attempt so far (each waits longer before the next).
+    pub failures: u32,
+}
+
+/// How the writer finished a workload it took.
+#[derive(Debug)]
+pub enum Finished {
+    /// Written.
+    Reloaded,
+    /// Nothing to write, the object gone, or left to the next leader.
+    Settled,
+    /// Every attempt failed: the changes wait [`retry_delay`] and are tried again.
+    Failed(Pending),
+}
+
+/// How long changes whose reload failed `failures` times in a row wait before the next try: 30 s,
+/// doubling, at most 10 minutes (the consistency pass's default period).
+pub fn retry_delay(failures: u32) -> Duration {
+    let first = Duration::from_secs(30);
+    first
+        .saturating_mul(1 << failures.saturating_sub(1).min(5))
+        .min(Duration::from_secs(600))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -124,6 +146,7 @@ impl Queue {
             first: now,
             due: now,
             changes: BTreeMap::new(),
+            failures: 0,
         });
         entry.due = if lone && pushed == Pushed::New && !busy {
             now
@@ -145,6 +168,15 @@ impl Queue {
 
     pub fn depth(&self) -> usize {
         self.lock().pending.len()
+    }
+
+    /// Queued workloads whose changes failed to reload and wait to be tried again.
+    pub fn awaiting_retry(&self) -> usize {
+        self.lock()
+            .pending
+            .values()
+            .filter(|p| p.failures > 0)
+            .count()
     }
 
     /// Workloads taken by the writer and not finished yet.
@@ -211,13 +243,34 @@ impl Queue {
         }
     }
 
-    /// The writer finished a workload (whatever the outcome).
-    pub fn done(&self, key: &WorkloadKey, reloaded: bool) {
+    /// The writer finished a workload. Failed changes are queued again behind [`retry_delay`]; if others
+    /// arrived meanwhile, they ride along with those, when those are due.
+    pub fn done(&self, key: &WorkloadKey, finished: Finished) {
         let mut state = self.lock();
+        let now = Instant::now();
         state.in_flight.remove(key);
-        state.last_progress = Instant::now();
-        if reloaded {
-            state.last_reload.insert(key.clone(), Instant::now());
+        state.last_progress = now;
+        match finished {
+            Finished::Reloaded => {
+                state.last_reload.insert(key.clone(), now);
+            }
+            Finished::Settled => {}
+            Finished::Failed(failed) => {
+                let failures = failed.failures + 1;
+                let retry_at = now + retry_delay(failures);
+                let entry = state.pending.entry(key.clone()).or_insert_with(|| Pending {
+                    first: failed.first,
+                    due: retry_at,
+                    changes: BTreeMap::new(),
+                    failures: 0,
+                });
+                entry.first = entry.first.min(failed.first);
+                entry.failures = failures;
+                for (r, change) in failed.changes {
+                    // A newer change of the same resource supersedes the failed one.
+                    entry.changes.entry(r).or_insert(change);
+                }
+            }
         }
         // A last reload matters for the busy check (the debounce window) and the cooldown, whichever is
         // longer; older ones are dropped so the map does not grow forever.
@@ -260,6 +313,39 @@ mod tests {
 
     /// A stall is owed work with nothing taken or finished: a due workload left waiting or a taken one
     /// never finished; not a workload in its debounce window, and not what waited while not leading.
+    #[test]
+    fn failed_reloads_wait_longer_each_time() {
+        let delays: Vec<u64> = (1..=7).map(|n| retry_delay(n).as_secs()).collect();
+        assert_eq!(delays, [30, 60, 120, 240, 480, 600, 600]);
+    }
+
+    /// Changes whose reload failed come back after the retry delay, counted; a change that arrives
+    /// meanwhile is not held back by them, and they ride along with it.
+    #[tokio::test(start_paused = true)]
+    async fn failed_changes_come_back_after_the_retry_delay() {
+        let q = queue(0, 0, 0);
+        q.push(key("a"), r("one"), Event::Update, Instant::now(), true);
+        let (k, pending) = q.next().await;
+        q.done(&k, Finished::Failed(pending));
+        assert_eq!(q.depth(), 1, "kept");
+        let taken = tokio::time::timeout(retry_delay(1) - Duration::from_secs(1), q.next()).await;
+        assert!(taken.is_err(), "not before the retry delay");
+        let (k, pending) = q.next().await;
+        assert_eq!(pending.failures, 1);
+        q.done(&k, Finished::Failed(pending));
+
+        // A new change while they wait: due at once, carrying the failed one.
+        q.push(key("a"), r("two"), Event::Update, Instant::now(), false);
+        let (_, pending) = tokio::time::timeout(Duration::from_secs(1), q.next())
+            .await
+            .expect("due with the new change");
+        assert_eq!(pending.failures, 2);
+        assert_eq!(
+            pending.changes.keys().cloned().collect::<Vec<_>>(),
+            [r("one"), r("two")]
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_stall_is_owed_work_with_no_progress() {
         let q = queue(1_000, 5_000, 0);
@@ -282,7 +368,7 @@ mod tests {
             Duration::from_secs(30),
             "a reload that never returns"
         );
-        q.done(&k, false);
+        q.done(&k, Finished::Settled);
         assert_eq!(
             q.stalled_for(),
             Duration::ZERO,
@@ -331,7 +417,7 @@ mod tests {
         // While the first reload is in flight and just after it, changes wait the window.
         tokio::time::sleep(Duration::from_millis(20)).await;
         q.push(key("a"), r("one"), Event::Update, Instant::now(), true);
-        q.done(&k, true);
+        q.done(&k, Finished::Reloaded);
         tokio::time::sleep(Duration::from_millis(20)).await;
         q.push(key("a"), r("one"), Event::Update, Instant::now(), true);
         let (_, p) = q.next().await;
@@ -357,7 +443,7 @@ mod tests {
         }
         q.push(key("a"), r("one"), Event::Update, Instant::now(), true);
         let (k, _) = q.next().await;
-        q.done(&k, true);
+        q.done(&k, Finished::Reloaded);
         assert!(q.lock().last_reload.len() <= 10_001);
         tokio::time::sleep(Duration::from_millis(20)).await;
         let t1 = Instant::now();
@@ -412,7 +498,7 @@ mod tests {
             .await
             .is_err());
         let t = Instant::now();
-        q.done(&k, true);
+        q.done(&k, Finished::Reloaded);
         q.push(key("a"), r("two"), Event::Update, Instant::now(), false);
         let (_, p) = q.next().await;
         assert!(

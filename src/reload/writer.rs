@@ -27,13 +27,13 @@ use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Pre
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Api, Client};
 use serde_json::Value;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::error::WriteError;
-use super::queue::{Pending, Queue};
+use super::queue::{Finished, Pending, Queue};
 use crate::core::job::{job_from_cronjob, strip_job};
 use crate::core::patch::{self, MarkerChange, Place};
 use crate::core::pause::{pause_ops, PauseDecision};
@@ -76,6 +76,8 @@ pub struct Writer {
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     pub max_concurrent: usize,
+    /// One permit per write in flight (`--max-concurrent-reloads`); never held while waiting to retry.
+    slots: Arc<Semaphore>,
     /// Only the leader writes.
     pub leadership: Leadership,
     /// Alerts after each reload (`ALERT_ON_RELOAD`).
@@ -139,6 +141,7 @@ impl Writer {
             metrics,
             recorder,
             max_concurrent,
+            slots: Arc::new(Semaphore::new(max_concurrent)),
             leadership,
             alerter: None,
             warned: Mutex::default(),
@@ -147,7 +150,7 @@ impl Writer {
 
     /// Runs until `shutdown`; then waits (up to 10 s) for reloads in flight.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let slots = Arc::new(Semaphore::new(self.max_concurrent));
+        let slots = self.slots.clone();
         let mut leadership = self.leadership.clone();
         loop {
             // A follower keeps its queue but never writes; the leader's catch-up covers its work.
@@ -175,9 +178,8 @@ impl Writer {
             let span = tracing::info_span!("reload", workload = %key);
             tokio::spawn(
                 async move {
-                    let _permit = permit;
-                    let reloaded = this.reload(&key, &pending).await;
-                    this.queue.done(&key, reloaded);
+                    let finished = this.reload_with(&key, pending, Some(permit)).await;
+                    this.queue.done(&key, finished);
                 }
                 .instrument(span),
             );
@@ -189,8 +191,26 @@ impl Writer {
         .await;
     }
 
+    /// Reloads one workload, taking a write permit for each attempt; whether it was written.
+    #[cfg(test)]
     async fn reload(&self, key: &WorkloadKey, pending: &Pending) -> bool {
+        matches!(
+            self.reload_with(key, pending.clone(), None).await,
+            Finished::Reloaded
+        )
+    }
+
+    /// Reloads one workload: attempts with backoff, each holding a write permit (`permit` is the
+    /// first's), none held while waiting for the next. When every attempt failed, the changes go back
+    /// to the queue to be tried again later.
+    async fn reload_with(
+        &self,
+        key: &WorkloadKey,
+        pending: Pending,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Finished {
         let started = Instant::now();
+        let first_permit = Mutex::new(permit);
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &key.namespace,
@@ -198,8 +218,24 @@ impl Writer {
         );
         let from_index = AtomicBool::new(true);
         let result = (|| async {
+            let taken = first_permit
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            let _permit = match taken {
+                Some(p) => p,
+                None => self
+                    .slots
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| Failure {
+                        error: WriteError::Transient("the writer is stopping".into()),
+                        from_index: false,
+                    })?,
+            };
             let planned_from_index = from_index.swap(false, Ordering::Relaxed);
-            self.attempt(&api, key, pending, planned_from_index)
+            self.attempt(&api, key, &pending, planned_from_index)
                 .await
                 .map_err(|error| {
                     // Every failed attempt counts here; the final outcome is counted below.
@@ -238,20 +274,21 @@ impl Writer {
                         .reload_latency
                         .observe(first.elapsed().as_secs_f64());
                 }
-                return true;
+                return Finished::Reloaded;
             }
             Ok(Outcome::NothingToDo) => {
                 self.metrics.skip("strategy_not_updated");
-                return false;
+                return Finished::Settled;
             }
-            Ok(Outcome::Gone) => return false,
+            Ok(Outcome::Gone) => return Finished::Settled,
             Ok(Outcome::NotLeader) => {
                 tracing::info!("not leading any more; left to the leader");
-                return false;
+                return Finished::Settled;
             }
             Err(f) => f.error,
         };
-        tracing::warn!(error = %last_error, "reload failed");
+        let retry_in = super::queue::retry_delay(pending.failures + 1);
+        tracing::warn!(error = %last_error, ?retry_in, "reload failed; tried again later");
         self.metrics.reload_done(
             &key.namespace,
             key.kind.name(),
@@ -264,10 +301,15 @@ impl Writer {
             None,
             EventType::Warning,
             "ReloadFail",
-            format!("Reload of {} '{}' failed: {last_error}", key.kind, key.name),
+            format!(
+                "Reload of {} '{}' failed: {last_error}; trying again in {}s",
+                key.kind,
+                key.name,
+                retry_in.as_secs()
+            ),
         )
         .await;
-        false
+        Finished::Failed(pending)
     }
 
     async fn attempt(

@@ -17,7 +17,7 @@ use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::mock_api::{serve, status, ApiServer, Seen};
 use crate::reload::lease::Leadership;
-use crate::reload::queue::{Pending, PendingChange, Queue, QueueConfig};
+use crate::reload::queue::{Finished, Pending, PendingChange, Queue, QueueConfig};
 
 fn deployment(rv: &str) -> Value {
     json!({
@@ -95,6 +95,7 @@ fn fixture(
     ));
     let now = Instant::now();
     let pending = Pending {
+        failures: 0,
         first: now,
         due: now,
         changes: BTreeMap::from([(
@@ -249,7 +250,19 @@ async fn forbidden_is_not_retried_and_reported_once() {
             status(403, "Forbidden", "deployments.apps \"web\" is forbidden"),
         )
     });
-    assert!(!f.writer.reload(&key, &pending).await);
+    let finished = f.writer.reload_with(&key, pending.clone(), None).await;
+    let Finished::Failed(failed) = finished else {
+        panic!("{finished:?}")
+    };
+    assert_eq!(
+        failed.changes, pending.changes,
+        "the changes go back to the queue"
+    );
+    assert_eq!(
+        f.writer.slots.available_permits(),
+        f.writer.max_concurrent,
+        "no write permit kept"
+    );
     let metrics = f.metrics.clone();
     let server = f.finish().await;
     assert_eq!(summary(&server), [("PATCH".into(), DEPLOYMENT.into())]);
@@ -258,6 +271,8 @@ async fn forbidden_is_not_retried_and_reported_once() {
     assert_eq!(server.events.len(), 1);
     assert_eq!(server.events[0]["reason"], "ReloadFail");
     assert_eq!(server.events[0]["type"], "Warning");
+    let note = server.events[0]["note"].as_str().unwrap_or_default();
+    assert!(note.ends_with("trying again in 30s"), "{note}");
 }
 
 #[tokio::test]
