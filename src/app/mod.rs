@@ -189,13 +189,29 @@ async fn run(config: Config) -> Result<()> {
         })
     };
     let admin_task = serve_admin(&config, health.clone(), registry, live, &shutdown).await?;
+
+    // What a change leads to, decided once: reloads (stamps, catch-up, queue and writer), or with
+    // --webhook-url notifications only. Everything below follows `reloading`.
+    let sink = match &config.webhook_url {
+        Some(url) => Sink::Notify(Notifier::new(url, metrics.clone())?),
+        None => Sink::Reload {
+            queue: queue.clone(),
+            pause: PauseReconciler::new(
+                write_client.clone(),
+                config.plan.policy.keys.clone(),
+                leadership.clone(),
+            ),
+        },
+    };
+    let reloading = sink.queue().cloned();
+
     let admission = Arc::new(Admission {
         plan: config.plan.clone(),
         scope: scope.clone(),
         index: index.clone(),
         metrics: metrics.clone(),
         self_username: self_username(&client).await,
-        notify_only: config.webhook_url.is_some(),
+        notify_only: reloading.is_none(),
         kinds: builtin.iter().chain(optional.iter()).copied().collect(),
         lookup: config
             .admission_lookup
@@ -203,7 +219,7 @@ async fn run(config: Config) -> Result<()> {
     });
     let webhook_task = serve_webhook(&config, admission, &metrics, &shutdown).await?;
 
-    let catch_up = config.webhook_url.is_none().then(|| {
+    let catch_up = reloading.as_ref().map(|queue| {
         CatchUp::new(
             index.clone(),
             queue.clone(),
@@ -215,17 +231,7 @@ async fn run(config: Config) -> Result<()> {
     let ctx = Arc::new(Ctx {
         plan: config.plan.clone(),
         index: index.clone(),
-        sink: match &config.webhook_url {
-            Some(url) => Sink::Notify(Notifier::new(url, metrics.clone())?),
-            None => Sink::Reload {
-                queue: queue.clone(),
-                pause: PauseReconciler::new(
-                    write_client.clone(),
-                    config.plan.policy.keys.clone(),
-                    leadership.clone(),
-                ),
-            },
-        },
+        sink,
         metrics: metrics.clone(),
         scope: scope.clone(),
         ready: ready.clone(),
@@ -236,20 +242,13 @@ async fn run(config: Config) -> Result<()> {
     // Every start-up watch is registered: only now may the last one to sync make the process ready.
     ready.seal();
 
-    let writer_task = match config.webhook_url {
-        Some(_) => {
+    let writer_task = match &reloading {
+        None => {
             tracing::info!("--webhook-url: changes are POSTed there; no workload is touched");
             None
         }
-        None => {
-            let writer = writer(
-                &config,
-                &write_client,
-                &index,
-                &queue,
-                &metrics,
-                &leadership,
-            )?;
+        Some(queue) => {
+            let writer = writer(&config, &write_client, &index, queue, &metrics, &leadership)?;
             tokio::spawn(warm::keep_warm(
                 write_client.clone(),
                 warm::INTERVAL,
@@ -264,7 +263,7 @@ async fn run(config: Config) -> Result<()> {
         Housekeeping {
             index: index.clone(),
             catch_up,
-            queue: config.webhook_url.is_none().then(|| queue.clone()),
+            queue: reloading.clone(),
             metrics: metrics.clone(),
             scope: scope.clone(),
             ready,

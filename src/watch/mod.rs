@@ -151,6 +151,16 @@ pub enum Sink {
     Notify(Arc<Notifier>),
 }
 
+impl Sink {
+    /// The reload queue; none when changes are only notified.
+    pub fn queue(&self) -> Option<&Arc<Queue>> {
+        match self {
+            Sink::Reload { queue, .. } => Some(queue),
+            Sink::Notify(_) => None,
+        }
+    }
+}
+
 /// A resource change, as the sink needs it.
 struct Changed<'a> {
     key: &'a ResourceKey,
