@@ -669,6 +669,48 @@ mod tests {
         migrate(&v, Some("tools")).unwrap()
     }
 
+    /// Every value `migrate-values` writes, for every everyday Reloader values file of the chart tests,
+    /// is one rekindle's chart has (or lies inside one of its free-form maps and lists).
+    #[test]
+    fn every_value_written_is_one_the_chart_has() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let chart: Value = serde_saphyr::from_str(
+            &std::fs::read_to_string(root.join("charts/rekindle/values.yaml")).unwrap(),
+        )
+        .unwrap();
+        let cases = std::fs::read_dir(root.join("e2e/fixtures/migrate/cases")).unwrap();
+        let mut checked = 0;
+        for case in cases {
+            let path = case.unwrap().path();
+            if !path.to_string_lossy().ends_with(".reloader.yaml") {
+                continue;
+            }
+            let input: Value =
+                serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let Ok(m) = migrate(&input, Some("tools")) else {
+                continue;
+            };
+            let mut written = Vec::new();
+            leaves(&m.values, "", &mut written);
+            for leaf in written {
+                let mut node = &chart;
+                for key in leaf.split('.') {
+                    match node {
+                        Value::Object(map) if map.is_empty() => break,
+                        Value::Object(map) => {
+                            node = map.get(key).unwrap_or_else(|| {
+                                panic!("{}: {leaf} is not a value of the chart", path.display())
+                            })
+                        }
+                        _ => break,
+                    }
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 40, "only {checked} values checked");
+    }
+
     #[test]
     fn scoped_namespaces_as_a_list_or_a_string_keep_their_scope() {
         for listed in [json!(["team-b", "team-a"]), json!("team-a, team-b,")] {
