@@ -65,6 +65,8 @@ pub fn stalled_for(queue: &Queue, leadership: &Leadership) -> Duration {
     }
 }
 const PATCH_TIMEOUT: Duration = Duration::from_secs(60);
+/// Tries at creating a Job again after deleting it (backoff to 5 s: about five minutes in all).
+const JOB_CREATE_RETRIES: usize = 60;
 /// Size of the set of invalid annotations already reported at which deleted workloads are forgotten.
 const WARNED_PRUNE_AT: usize = 1024;
 
@@ -663,8 +665,10 @@ impl Writer {
     /// Job: delete (background propagation) and create again under the same name from its JSON.
     /// The delete is conditional on the UID that was read: if another writer (a second replica
     /// without leader election, say) re-created the Job since, it answers 409 and this reload is
-    /// already done; a create meeting a Job with another UID is done the same way. A crash between
-    /// the two loses the Job (documented limit).
+    /// already done; a create meeting a Job with another UID is done the same way. Once the delete has
+    /// gone through, the create is retried on transient errors for minutes (an apiserver restarting
+    /// answers 500 for a few seconds): a read would find no Job and nothing left to reload, so this is
+    /// the only place the Job still exists. A crash between the two loses the Job (documented limit).
     async fn recreate_job(
         &self,
         jobs: &Api<DynamicObject>,
@@ -699,7 +703,7 @@ impl Writer {
             ..Default::default()
         };
         // The old Job is removed in the background; until it is gone the create meets AlreadyExists
-        // (`Err(None)`: wait and try again).
+        // (`Err(None)`: wait and try again), as it does a transient error.
         let create = || async {
             match jobs.create(&params, &job).await {
                 Ok(_) => Ok(()),
@@ -717,16 +721,19 @@ impl Writer {
         create
             .retry(retry::backoff(
                 Duration::from_millis(100),
-                Duration::from_secs(2),
-                20,
+                Duration::from_secs(5),
+                JOB_CREATE_RETRIES,
             ))
             .sleep(tokio::time::sleep)
-            .when(Option::is_none)
+            .when(|e| e.as_ref().is_none_or(WriteError::retryable))
             .await
             .map_err(|e| {
-                e.unwrap_or_else(|| {
+                let e = e.unwrap_or_else(|| {
                     WriteError::Transient("the old Job was not removed in time".into())
-                })
+                });
+                tracing::error!(error = %e, job = %serde_json::to_string(&job).unwrap_or_default(),
+                    "the Job was deleted and could not be created again; its manifest follows");
+                e
             })
     }
 

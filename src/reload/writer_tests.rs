@@ -308,7 +308,7 @@ async fn an_invalid_patch_from_the_index_is_tried_once_from_the_live_object_then
 }
 
 #[tokio::test]
-async fn a_job_is_deleted_on_its_uid_and_created_again_once_the_old_one_is_gone() {
+async fn a_job_is_deleted_on_its_uid_and_created_again_through_conflicts_and_transient_errors() {
     const JOB: &str = "/apis/batch/v1/namespaces/ns/jobs/batch";
     const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs";
     let mut creates = 0;
@@ -318,14 +318,18 @@ async fn a_job_is_deleted_on_its_uid_and_created_again_once_the_old_one_is_gone(
             (&Method::DELETE, JOB) => (200, job("u-old")),
             (&Method::POST, JOBS) => {
                 creates += 1;
-                if creates == 1 {
+                match creates {
                     // The old Job is still being removed.
-                    (
+                    1 => (
                         409,
                         status(409, "AlreadyExists", "jobs.batch \"batch\" already exists"),
-                    )
-                } else {
-                    (201, job("u-new"))
+                    ),
+                    // The apiserver restarting: the Job exists nowhere but here, so keep trying.
+                    2 => (
+                        500,
+                        status(500, "InternalError", "etcdserver: leader changed"),
+                    ),
+                    _ => (201, job("u-new")),
                 }
             }
             _ => (404, status(404, "NotFound", "unexpected")),
@@ -341,13 +345,14 @@ async fn a_job_is_deleted_on_its_uid_and_created_again_once_the_old_one_is_gone(
             ("POST".into(), JOBS.into()),
             ("GET".into(), JOB.into()),
             ("POST".into(), JOBS.into()),
+            ("POST".into(), JOBS.into()),
         ]
     );
     assert_eq!(
         server.requests[1].body["preconditions"]["uid"], "u-old",
         "the delete is conditional on the Job that was read"
     );
-    let created = &server.requests[4].body;
+    let created = &server.requests[5].body;
     assert!(created["metadata"].get("uid").is_none());
     assert!(created["spec"].get("selector").is_none());
     let marked = created["spec"]["template"]["spec"]["containers"][0]["env"]
