@@ -83,11 +83,33 @@ pub fn free_port() -> Result<u16> {
 }
 
 /// `N` distinct free ports: every listener is held until all are chosen (ports picked one after
-/// another can come back equal).
+/// another can come back equal). They are taken below the kernel's ephemeral range, at random: a port
+/// the kernel handed out for `:0` is free again once released, and the next outbound connection of
+/// the apiserver or of another test can take it before rekindle binds it.
 pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
-    let listeners = (0..N)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<Vec<_>>>()?;
+    use std::hash::{BuildHasher, Hasher};
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let low = 10_000u16;
+    let span = u64::from(ephemeral_from.saturating_sub(low).max(1));
+    let mut listeners = Vec::with_capacity(N);
+    for _ in 0..1000 {
+        if listeners.len() == N {
+            break;
+        }
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let port = low + (random % span) as u16;
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(l);
+        }
+    }
+    if listeners.len() < N {
+        bail!("no {N} free ports below {ephemeral_from}");
+    }
     let mut ports = [0; N];
     for (port, l) in ports.iter_mut().zip(&listeners) {
         *port = l.local_addr()?.port();
