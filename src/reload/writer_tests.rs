@@ -171,75 +171,50 @@ async fn a_deployment_gets_one_strategic_patch_and_no_read() {
     assert_eq!(failures(&metrics, "transient"), 0);
 }
 
-/// A guarded patch that lost to another write (the object moved since the index saw it, or the write
-/// was held back by the network) is planned again from the object as it is now, on its version.
+/// A patch that lost to another write (the object moved since the index saw it, or the write was held
+/// back by the network) or met a transient error is planned again from the object as it is now, and
+/// written on that object's version.
 #[tokio::test]
-async fn a_strategic_patch_that_lost_to_another_write_is_planned_again_from_the_object() {
-    let mut n = 0;
-    let (f, key, pending) = fixture(
-        WorkloadKind::Deployment,
-        "web",
-        &deployment("7"),
-        move |s| {
-            n += 1;
-            match (n, &s.method) {
-                (1, &Method::PATCH) => {
-                    (409, status(409, "Conflict", "the object has been modified"))
+async fn a_conflict_or_transient_failure_is_retried_from_the_live_object() {
+    for (code, reason, label) in [
+        (409, "Conflict", "conflict"),
+        (500, "InternalError", "transient"),
+    ] {
+        let mut n = 0;
+        let (f, key, pending) = fixture(
+            WorkloadKind::Deployment,
+            "web",
+            &deployment("7"),
+            move |s| {
+                n += 1;
+                match (n, &s.method) {
+                    (1, &Method::PATCH) => (code, status(code, reason, "try again")),
+                    (_, &Method::GET) => (200, deployment("8")),
+                    _ => (200, deployment("9")),
                 }
-                (_, &Method::GET) => (200, deployment("8")),
-                _ => (200, deployment("9")),
-            }
-        },
-    );
-    assert!(f.writer.reload(&key, &pending).await);
-    let metrics = f.metrics.clone();
-    let server = f.finish().await;
-    assert_eq!(
-        summary(&server),
-        [
-            ("PATCH".into(), DEPLOYMENT.into()),
-            ("GET".into(), DEPLOYMENT.into()),
-            ("PATCH".into(), DEPLOYMENT.into()),
-        ]
-    );
-    let versions: Vec<_> = [0, 2]
-        .iter()
-        .map(|&i| server.requests[i].body["metadata"]["resourceVersion"].clone())
-        .collect();
-    assert_eq!(versions, [json!("7"), json!("8")]);
-    assert_eq!(failures(&metrics, "conflict"), 1);
-    assert_eq!(server.events.len(), 1, "reloaded once");
-}
-
-#[tokio::test]
-async fn a_transient_failure_is_retried_from_the_live_object() {
-    let mut n = 0;
-    let (f, key, pending) = fixture(
-        WorkloadKind::Deployment,
-        "web",
-        &deployment("7"),
-        move |s| {
-            n += 1;
-            match (n, &s.method) {
-                (1, &Method::PATCH) => (500, status(500, "InternalError", "etcdserver: timeout")),
-                (_, &Method::GET) => (200, deployment("8")),
-                _ => (200, deployment("9")),
-            }
-        },
-    );
-    assert!(f.writer.reload(&key, &pending).await);
-    let metrics = f.metrics.clone();
-    let server = f.finish().await;
-    assert_eq!(
-        summary(&server),
-        [
-            ("PATCH".into(), DEPLOYMENT.into()),
-            ("GET".into(), DEPLOYMENT.into()),
-            ("PATCH".into(), DEPLOYMENT.into()),
-        ]
-    );
-    assert_eq!(failures(&metrics, "transient"), 1);
-    assert_eq!(metrics.retries.get(), 1);
+            },
+        );
+        assert!(f.writer.reload(&key, &pending).await);
+        let metrics = f.metrics.clone();
+        let server = f.finish().await;
+        assert_eq!(
+            summary(&server),
+            [
+                ("PATCH".into(), DEPLOYMENT.into()),
+                ("GET".into(), DEPLOYMENT.into()),
+                ("PATCH".into(), DEPLOYMENT.into()),
+            ],
+            "{label}"
+        );
+        let versions: Vec<_> = [0, 2]
+            .iter()
+            .map(|&i| server.requests[i].body["metadata"]["resourceVersion"].clone())
+            .collect();
+        assert_eq!(versions, [json!("7"), json!("8")], "{label}");
+        assert_eq!(failures(&metrics, label), 1);
+        assert_eq!(metrics.retries.get(), 1, "{label}");
+        assert_eq!(server.events.len(), 1, "{label}: reloaded once");
+    }
 }
 
 #[tokio::test]
