@@ -178,9 +178,7 @@ impl Admission {
                     .map(String::from)
             })
             .unwrap_or_default();
-        if !self.scope.namespace_in_scope(&namespace)
-            || self.plan.policy.ignored_workload_types.contains(&kind)
-        {
+        if !self.scope.covers(kind, &namespace) {
             return pass("out-of-scope");
         }
         match self.stamp(req, kind, &namespace, obj, looked_up) {

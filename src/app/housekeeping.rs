@@ -7,13 +7,11 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::scope::ScopeFilter;
-use crate::core::plan::Event;
 use crate::index::Index;
 use crate::metrics::Metrics;
 use crate::reload::catch_up::CatchUp;
 use crate::reload::lease::Leadership;
-use crate::reload::queue::Queue;
+use crate::reload::triggers::Triggers;
 use crate::watch::ReadyTracker;
 
 /// How long an admission record waits for the watch to confirm it.
@@ -27,9 +25,8 @@ pub struct Housekeeping {
     /// Queues stale workloads; `None` when nothing is reloaded (`--webhook-url`).
     pub catch_up: Option<Arc<CatchUp>>,
     /// Where `--sync-after-restart` replays creates; `None` as for `catch_up`.
-    pub queue: Option<Arc<Queue>>,
+    pub triggers: Option<Arc<Triggers>>,
     pub metrics: Arc<Metrics>,
-    pub scope: Arc<ScopeFilter>,
     pub ready: Arc<ReadyTracker>,
     pub leadership: Leadership,
     pub consistency_interval: Duration,
@@ -81,12 +78,12 @@ impl Housekeeping {
 
     /// Existing resources whose marker a workload lacks count as created.
     fn replay(&self) {
-        let Some(queue) = &self.queue else { return };
+        let Some(triggers) = &self.triggers else {
+            return;
+        };
         let now = tokio::time::Instant::now();
         for (key, r) in self.index.absent_markers() {
-            if self.scope.namespace_in_scope(&key.namespace) {
-                queue.push(key, r, Event::Create, now, false);
-            }
+            triggers.push(&[key], &r, now);
         }
     }
 
@@ -133,7 +130,7 @@ mod tests {
     use crate::core::plan::PlanConfig;
     use crate::core::{ResourceKind, WorkloadKind};
     use crate::index::{ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
-    use crate::reload::queue::QueueConfig;
+    use crate::reload::queue::{Queue, QueueConfig};
     use crate::watch::WatchPart;
     use serde_json::json;
 
@@ -198,19 +195,13 @@ mod tests {
         ready.expect("secrets/*", WatchPart::Resources(ResourceKind::Secret));
         ready.expect("Deployment/*", WatchPart::Workloads);
         ready.seal();
-        let catch_up = CatchUp::new(
-            index.clone(),
-            queue.clone(),
-            Arc::default(),
-            [],
-            Leadership::always(),
-        );
+        let triggers = Triggers::for_tests(index.clone(), queue.clone());
+        let catch_up = CatchUp::new(index.clone(), triggers.clone(), Leadership::always());
         let housekeeping = Housekeeping {
             index: index.clone(),
             catch_up: Some(catch_up.clone()),
-            queue: Some(queue.clone()),
+            triggers: Some(triggers),
             metrics: Arc::new(Metrics::new(&mut Default::default(), false)),
-            scope: Arc::default(),
             ready: ready.clone(),
             leadership: Leadership::always(),
             consistency_interval: Duration::from_secs(3600),
@@ -285,9 +276,7 @@ mod tests {
         let (lead, leading) = tokio::sync::watch::channel(None);
         let catch_up = CatchUp::new(
             index.clone(),
-            queue.clone(),
-            Arc::default(),
-            [],
+            Triggers::for_tests(index.clone(), queue.clone()),
             Leadership::from_channel(leading),
         );
         catch_up.kinds_listed(&[ResourceKind::ConfigMap]);

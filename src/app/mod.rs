@@ -30,6 +30,7 @@ use crate::reload::catch_up::CatchUp;
 use crate::reload::lease::{self, Leadership};
 use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Queue, QueueConfig};
+use crate::reload::triggers::Triggers;
 use crate::reload::warm;
 use crate::reload::writer::{self, Writer};
 use crate::server::admin::{self, Health};
@@ -151,7 +152,10 @@ async fn run(config: Config) -> Result<()> {
     let shutdown = CancellationToken::new();
     let health = Arc::new(Health::default());
     let index = Arc::new(Index::new());
-    let scope = Arc::new(ScopeFilter::new(&config.scope));
+    let scope = Arc::new(
+        ScopeFilter::new(&config.scope)
+            .ignoring_kinds(config.plan.policy.ignored_workload_types.iter().copied()),
+    );
     let queue = Arc::new(
         Queue::new(QueueConfig {
             debounce: config.reload_debounce,
@@ -195,7 +199,7 @@ async fn run(config: Config) -> Result<()> {
     let sink = match &config.webhook_url {
         Some(url) => Sink::Notify(Notifier::new(url, metrics.clone())?),
         None => Sink::Reload {
-            queue: queue.clone(),
+            triggers: Triggers::new(index.clone(), queue.clone(), scope.clone(), metrics.clone()),
             pause: PauseReconciler::new(
                 write_client.clone(),
                 config.plan.policy.keys.clone(),
@@ -203,7 +207,7 @@ async fn run(config: Config) -> Result<()> {
             ),
         },
     };
-    let reloading = sink.queue().cloned();
+    let reloading = sink.triggers().cloned();
 
     let admission = Arc::new(Admission {
         plan: config.plan.clone(),
@@ -219,15 +223,9 @@ async fn run(config: Config) -> Result<()> {
     });
     let webhook_task = serve_webhook(&config, admission, &metrics, &shutdown).await?;
 
-    let catch_up = reloading.as_ref().map(|queue| {
-        CatchUp::new(
-            index.clone(),
-            queue.clone(),
-            scope.clone(),
-            config.plan.policy.ignored_workload_types.iter().copied(),
-            leadership.clone(),
-        )
-    });
+    let catch_up = reloading
+        .as_ref()
+        .map(|triggers| CatchUp::new(index.clone(), triggers.clone(), leadership.clone()));
     let ctx = Arc::new(Ctx {
         plan: config.plan.clone(),
         index: index.clone(),
@@ -247,8 +245,15 @@ async fn run(config: Config) -> Result<()> {
             tracing::info!("--webhook-url: changes are POSTed there; no workload is touched");
             None
         }
-        Some(queue) => {
-            let writer = writer(&config, &write_client, &index, queue, &metrics, &leadership)?;
+        Some(triggers) => {
+            let writer = writer(
+                &config,
+                &write_client,
+                &index,
+                triggers.queue(),
+                &metrics,
+                &leadership,
+            )?;
             tokio::spawn(warm::keep_warm(
                 write_client.clone(),
                 warm::INTERVAL,
@@ -263,9 +268,8 @@ async fn run(config: Config) -> Result<()> {
         Housekeeping {
             index: index.clone(),
             catch_up,
-            queue: reloading.clone(),
+            triggers: reloading.clone(),
             metrics: metrics.clone(),
-            scope: scope.clone(),
             ready,
             leadership: leadership.clone(),
             consistency_interval: config.consistency_interval,

@@ -83,7 +83,6 @@ impl Collector for SizesCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::plan::Event;
     use crate::core::refs::ResourceRef;
     use crate::core::{ResourceKind, WorkloadKind};
     use crate::index::{ResourceEntry, ResourceKey, WorkloadKey};
@@ -128,13 +127,7 @@ mod tests {
             name: "cfg".into(),
         };
         // A lone trigger is due at once, so the writer can take it below.
-        queue.push(
-            workload,
-            r,
-            Event::Update,
-            tokio::time::Instant::now(),
-            true,
-        );
+        queue.push(workload, r, tokio::time::Instant::now(), true);
         let has = |lines: &[&str]| {
             let text = scrape();
             for line in lines {

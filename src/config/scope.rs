@@ -1,11 +1,14 @@
-//! Which namespaces rekindle acts in (behaviour §11): `--namespaces` > KUBERNETES_NAMESPACE > cluster-wide,
-//! with `--namespaces-to-ignore` and `--namespace-selector` in cluster-wide mode.
+//! Which workloads rekindle acts on: the namespaces (behaviour §11: `--namespaces` >
+//! KUBERNETES_NAMESPACE > cluster-wide, with `--namespaces-to-ignore` and `--namespace-selector` in
+//! cluster-wide mode) and the kinds (`--ignored-workload-types`). Every route that reloads, notifies
+//! or stamps asks [`ScopeFilter::covers`], so the rule has one home.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::RwLock;
 
 use crate::config::selector::Selector;
 use crate::config::Scope;
+use crate::core::WorkloadKind;
 
 #[derive(Debug, Default)]
 pub struct ScopeFilter {
@@ -14,6 +17,8 @@ pub struct ScopeFilter {
     selector: Option<Selector>,
     /// Namespaces whose labels match the selector, kept current by the namespace watch.
     matching: RwLock<HashSet<String>>,
+    /// `--ignored-workload-types`.
+    ignored_kinds: BTreeSet<WorkloadKind>,
 }
 
 impl ScopeFilter {
@@ -23,7 +28,19 @@ impl ScopeFilter {
             ignored: scope.namespaces_to_ignore.clone(),
             selector: scope.namespace_selector.clone(),
             matching: RwLock::default(),
+            ignored_kinds: BTreeSet::new(),
         }
+    }
+
+    /// Leaves workloads of these kinds alone.
+    pub fn ignoring_kinds(mut self, kinds: impl IntoIterator<Item = WorkloadKind>) -> Self {
+        self.ignored_kinds = kinds.into_iter().collect();
+        self
+    }
+
+    /// Whether rekindle acts on a workload of `kind` in `namespace`.
+    pub fn covers(&self, kind: WorkloadKind, namespace: &str) -> bool {
+        !self.ignored_kinds.contains(&kind) && self.namespace_in_scope(namespace)
     }
 
     /// The namespaces to watch one by one, or `None` for a cluster-wide watch.
@@ -100,5 +117,20 @@ mod tests {
         assert!(sel.namespace_in_scope("n"));
         sel.observe_namespace("n", &BTreeMap::new());
         assert!(!sel.namespace_in_scope("n"));
+    }
+
+    #[test]
+    fn covers_in_scope_namespaces_and_kinds_not_ignored() {
+        let scope = ScopeFilter::new(&Scope {
+            namespaces_to_ignore: ["x".to_string()].into(),
+            ..Default::default()
+        })
+        .ignoring_kinds([WorkloadKind::Job]);
+        assert!(scope.covers(WorkloadKind::Deployment, "a"));
+        assert!(!scope.covers(WorkloadKind::Job, "a"), "kind ignored");
+        assert!(
+            !scope.covers(WorkloadKind::Deployment, "x"),
+            "namespace ignored"
+        );
     }
 }

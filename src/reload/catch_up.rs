@@ -14,19 +14,15 @@ use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 
-use crate::config::scope::ScopeFilter;
-use crate::core::plan::Event;
 use crate::core::refs::ResourceRef;
-use crate::core::{ResourceKind, WorkloadKind};
+use crate::core::ResourceKind;
 use crate::index::{Index, WorkloadKey};
 use crate::reload::lease::Leadership;
-use crate::reload::queue::Queue;
+use crate::reload::triggers::Triggers;
 
 pub struct CatchUp {
     index: Arc<Index>,
-    queue: Arc<Queue>,
-    scope: Arc<ScopeFilter>,
-    ignored: Vec<WorkloadKind>,
+    triggers: Arc<Triggers>,
     leadership: Leadership,
     state: Mutex<FirstSync>,
 }
@@ -40,18 +36,10 @@ struct FirstSync {
 }
 
 impl CatchUp {
-    pub fn new(
-        index: Arc<Index>,
-        queue: Arc<Queue>,
-        scope: Arc<ScopeFilter>,
-        ignored: impl IntoIterator<Item = WorkloadKind>,
-        leadership: Leadership,
-    ) -> Arc<Self> {
+    pub fn new(index: Arc<Index>, triggers: Arc<Triggers>, leadership: Leadership) -> Arc<Self> {
         Arc::new(Self {
             index,
-            queue,
-            scope,
-            ignored: ignored.into_iter().collect(),
+            triggers,
             leadership,
             state: Mutex::new(FirstSync {
                 listed: Vec::new(),
@@ -112,21 +100,22 @@ impl CatchUp {
         }
     }
 
-    /// Queues the stale (workload, resource) pairs in scope, less `skip`; returns the workloads queued.
+    /// Queues the stale (workload, resource) pairs, less `skip`; returns the workloads queued.
     fn push_stale(
         &self,
         stale: Vec<(WorkloadKey, ResourceRef)>,
         skip: Option<&HashSet<WorkloadKey>>,
     ) -> Vec<WorkloadKey> {
-        let stale: Vec<_> = stale
-            .into_iter()
-            .filter(|(key, _)| {
-                !skip.is_some_and(|s| s.contains(key))
-                    && self.scope.namespace_in_scope(&key.namespace)
-                    && !self.ignored.contains(&key.kind)
-            })
-            .collect();
-        match stale.as_slice() {
+        let now = Instant::now();
+        let mut queued: Vec<(WorkloadKey, ResourceRef)> = Vec::new();
+        for (key, r) in stale {
+            if !skip.is_some_and(|s| s.contains(&key))
+                && self.triggers.push(std::slice::from_ref(&key), &r, now) > 0
+            {
+                queued.push((key, r));
+            }
+        }
+        match queued.as_slice() {
             [] => {}
             [(key, r)] => {
                 tracing::info!(workload = %key, resource = %r.name, "marker differs from the current hash; reloading")
@@ -136,16 +125,9 @@ impl CatchUp {
                 "markers differ from current hashes; reloading"
             ),
         }
-        let now = Instant::now();
-        let mut queued = Vec::new();
-        for (key, r) in stale {
-            // As for a change seen live: a workload nothing else can trigger is reloaded at once.
-            let lone = self.index.has_one_trigger(&key);
-            self.queue.push(key.clone(), r, Event::Update, now, lone);
-            queued.push(key);
-        }
-        queued.dedup();
-        queued
+        let mut workloads: Vec<WorkloadKey> = queued.into_iter().map(|(key, _)| key).collect();
+        workloads.dedup();
+        workloads
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, FirstSync> {

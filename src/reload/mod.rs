@@ -5,5 +5,6 @@ pub mod error;
 pub mod lease;
 pub mod pause;
 pub mod queue;
+pub mod triggers;
 pub mod warm;
 pub mod writer;

@@ -15,22 +15,16 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::core::plan::Event;
 use crate::core::refs::ResourceRef;
 use crate::index::WorkloadKey;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingChange {
-    pub event: Event,
-    /// When the watch saw the first change of this resource still pending (for the latency metric).
-    pub observed: Instant,
-}
 
 #[derive(Debug, Clone)]
 pub struct Pending {
     pub first: Instant,
     pub due: Instant,
-    pub changes: BTreeMap<ResourceRef, PendingChange>,
+    /// The resources whose changes make the workload owed, each with when its first change still
+    /// pending was seen (the latency metric). What changed is read from the index at planning time.
+    pub causes: BTreeMap<ResourceRef, Instant>,
     /// Reloads of these changes that failed every attempt so far (each waits longer before the next).
     pub failures: u32,
 }
@@ -121,7 +115,6 @@ impl Queue {
         &self,
         key: WorkloadKey,
         resource: ResourceRef,
-        event: Event,
         observed: Instant,
         lone: bool,
     ) -> Pushed {
@@ -145,7 +138,7 @@ impl Queue {
         let entry = state.pending.entry(key).or_insert_with(|| Pending {
             first: now,
             due: now,
-            changes: BTreeMap::new(),
+            causes: BTreeMap::new(),
             failures: 0,
         });
         entry.due = if lone && pushed == Pushed::New && !busy {
@@ -156,11 +149,7 @@ impl Queue {
         if let Some(end) = cooldown_end.filter(|_| !self.cfg.min_interval.is_zero()) {
             entry.due = entry.due.max(end);
         }
-        entry
-            .changes
-            .entry(resource)
-            .and_modify(|c| c.event = event)
-            .or_insert(PendingChange { event, observed });
+        entry.causes.entry(resource).or_insert(observed);
         drop(state);
         self.notify.notify_one();
         pushed
@@ -261,14 +250,14 @@ impl Queue {
                 let entry = state.pending.entry(key.clone()).or_insert_with(|| Pending {
                     first: failed.first,
                     due: retry_at,
-                    changes: BTreeMap::new(),
+                    causes: BTreeMap::new(),
                     failures: 0,
                 });
                 entry.first = entry.first.min(failed.first);
                 entry.failures = failures;
-                for (r, change) in failed.changes {
-                    // A newer change of the same resource supersedes the failed one.
-                    entry.changes.entry(r).or_insert(change);
+                for (r, observed) in failed.causes {
+                    let first_seen = entry.causes.entry(r).or_insert(observed);
+                    *first_seen = (*first_seen).min(observed);
                 }
             }
         }
@@ -324,7 +313,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn failed_changes_come_back_after_the_retry_delay() {
         let q = queue(0, 0, 0);
-        q.push(key("a"), r("one"), Event::Update, Instant::now(), true);
+        q.push(key("a"), r("one"), Instant::now(), true);
         let (k, pending) = q.next().await;
         q.done(&k, Finished::Failed(pending));
         assert_eq!(q.depth(), 1, "kept");
@@ -335,13 +324,13 @@ mod tests {
         q.done(&k, Finished::Failed(pending));
 
         // A new change while they wait: due at once, carrying the failed one.
-        q.push(key("a"), r("two"), Event::Update, Instant::now(), false);
+        q.push(key("a"), r("two"), Instant::now(), false);
         let (_, pending) = tokio::time::timeout(Duration::from_secs(1), q.next())
             .await
             .expect("due with the new change");
         assert_eq!(pending.failures, 2);
         assert_eq!(
-            pending.changes.keys().cloned().collect::<Vec<_>>(),
+            pending.causes.keys().cloned().collect::<Vec<_>>(),
             [r("one"), r("two")]
         );
     }
@@ -349,7 +338,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stall_is_owed_work_with_no_progress() {
         let q = queue(1_000, 5_000, 0);
-        q.push(key("a"), r("cm"), Event::Update, Instant::now(), false);
+        q.push(key("a"), r("cm"), Instant::now(), false);
         tokio::time::advance(Duration::from_millis(900)).await;
         assert_eq!(q.stalled_for(), Duration::ZERO, "not due yet");
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -380,18 +369,9 @@ mod tests {
     async fn changes_to_one_workload_coalesce() {
         let q = queue(250, 2000, 0);
         let t = Instant::now();
-        assert_eq!(
-            q.push(key("a"), r("one"), Event::Update, t, false),
-            Pushed::New
-        );
-        assert_eq!(
-            q.push(key("a"), r("two"), Event::Update, t, false),
-            Pushed::Coalesced
-        );
-        assert_eq!(
-            q.push(key("b"), r("one"), Event::Update, t, false),
-            Pushed::New
-        );
+        assert_eq!(q.push(key("a"), r("one"), t, false), Pushed::New);
+        assert_eq!(q.push(key("a"), r("two"), t, false), Pushed::Coalesced);
+        assert_eq!(q.push(key("b"), r("one"), t, false), Pushed::New);
         assert_eq!(q.adds.get(), 3, "every push counts, coalesced ones too");
         let (k, p) = q.next().await;
         assert!(
@@ -403,7 +383,7 @@ mod tests {
         names.sort();
         assert_eq!(names, ["a", "b"]);
         let a = if k.name == "a" { p } else { second.1 };
-        assert_eq!(a.changes.len(), 2);
+        assert_eq!(a.causes.len(), 2);
         assert_eq!(q.depth(), 0);
     }
 
@@ -411,22 +391,22 @@ mod tests {
     async fn a_lone_change_is_due_at_once_and_a_burst_behind_it_coalesces() {
         let q = queue(250, 2000, 0);
         let t0 = Instant::now();
-        q.push(key("a"), r("one"), Event::Update, t0, true);
+        q.push(key("a"), r("one"), t0, true);
         let (k, _) = q.next().await;
         assert_eq!(Instant::now(), t0, "no debounce for the only trigger");
         // While the first reload is in flight and just after it, changes wait the window.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        q.push(key("a"), r("one"), Event::Update, Instant::now(), true);
+        q.push(key("a"), r("one"), Instant::now(), true);
         q.done(&k, Finished::Reloaded);
         tokio::time::sleep(Duration::from_millis(20)).await;
-        q.push(key("a"), r("one"), Event::Update, Instant::now(), true);
+        q.push(key("a"), r("one"), Instant::now(), true);
         let (_, p) = q.next().await;
         assert_eq!(Instant::now() - t0, Duration::from_millis(40 + 250));
-        assert_eq!(p.changes.len(), 1);
+        assert_eq!(p.causes.len(), 1);
         // Once the window after a reload has passed, a lone change is immediate again.
         tokio::time::sleep(Duration::from_millis(1000)).await;
         let t1 = Instant::now();
-        q.push(key("b"), r("one"), Event::Update, t1, true);
+        q.push(key("b"), r("one"), t1, true);
         let _ = q.next().await;
         assert_eq!(Instant::now(), t1);
     }
@@ -441,13 +421,13 @@ mod tests {
                 .last_reload
                 .insert(key(&format!("other-{i}")), Instant::now());
         }
-        q.push(key("a"), r("one"), Event::Update, Instant::now(), true);
+        q.push(key("a"), r("one"), Instant::now(), true);
         let (k, _) = q.next().await;
         q.done(&k, Finished::Reloaded);
         assert!(q.lock().last_reload.len() <= 10_001);
         tokio::time::sleep(Duration::from_millis(20)).await;
         let t1 = Instant::now();
-        q.push(key("a"), r("one"), Event::Update, t1, true);
+        q.push(key("a"), r("one"), t1, true);
         let _ = q.next().await;
         assert_eq!(Instant::now() - t1, Duration::from_millis(250));
     }
@@ -456,12 +436,12 @@ mod tests {
     async fn changes_of_several_resources_200ms_apart_are_one_reload() {
         let q = queue(250, 2000, 0);
         let t0 = Instant::now();
-        q.push(key("a"), r("cm"), Event::Update, t0, false);
+        q.push(key("a"), r("cm"), t0, false);
         tokio::time::sleep(Duration::from_millis(200)).await;
-        q.push(key("a"), r("secret"), Event::Update, Instant::now(), false);
+        q.push(key("a"), r("secret"), Instant::now(), false);
         let (_, p) = q.next().await;
         assert_eq!(Instant::now() - t0, Duration::from_millis(450));
-        assert_eq!(p.changes.len(), 2);
+        assert_eq!(p.causes.len(), 2);
     }
 
     #[tokio::test(start_paused = true)]
@@ -473,7 +453,7 @@ mod tests {
             let q = q.clone();
             tokio::spawn(async move {
                 for _ in 0..20 {
-                    q.push(key("a"), r("one"), Event::Update, Instant::now(), false);
+                    q.push(key("a"), r("one"), Instant::now(), false);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             })
@@ -490,23 +470,23 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn in_flight_workloads_wait_and_cooldown_delays() {
         let q = queue(0, 0, 1000);
-        q.push(key("a"), r("one"), Event::Update, Instant::now(), false);
+        q.push(key("a"), r("one"), Instant::now(), false);
         let (k, _) = q.next().await;
-        q.push(key("a"), r("one"), Event::Update, Instant::now(), false);
+        q.push(key("a"), r("one"), Instant::now(), false);
         // Still in flight: not handed out again until done.
         assert!(tokio::time::timeout(Duration::from_millis(50), q.next())
             .await
             .is_err());
         let t = Instant::now();
         q.done(&k, Finished::Reloaded);
-        q.push(key("a"), r("two"), Event::Update, Instant::now(), false);
+        q.push(key("a"), r("two"), Instant::now(), false);
         let (_, p) = q.next().await;
         assert!(
             Instant::now() - t >= Duration::from_millis(1000),
             "cooldown respected"
         );
         assert_eq!(
-            p.changes.len(),
+            p.causes.len(),
             2,
             "changes inside the cooldown merge into one reload"
         );

@@ -271,7 +271,7 @@ impl Writer {
                 let seconds = started.elapsed().as_secs_f64();
                 self.metrics
                     .reload_done(&key.namespace, key.kind.name(), true, seconds);
-                if let Some(first) = pending.changes.values().map(|c| c.observed).min() {
+                if let Some(first) = pending.causes.values().min() {
                     self.metrics
                         .reload_latency
                         .observe(first.elapsed().as_secs_f64());
@@ -413,15 +413,14 @@ impl Writer {
             reasons: Vec::new(),
             action: Action::None,
         };
-        for (r, pc) in &pending.changes {
+        for r in pending.causes.keys() {
             let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
-            let (hash, flags, event) = match (pc.event, self.index.resource(&rk)) {
-                // Deleted, then re-created before we got here: an update to the new content.
-                (Event::Delete, Some(e)) => (e.hash, e.flags, Event::Update),
-                (event, Some(e)) => (e.hash, e.flags, event),
-                (Event::Delete, None) => (Box::default(), ResourceFlags::default(), Event::Delete),
-                // Deleted since the change was queued; a delete event follows if it matters.
-                (_, None) => continue,
+            // What is owed is the resource as it is now: its current hash, or its deletion (which
+            // only `--reload-on-delete` acts on). A resource deleted and created again since it was
+            // queued is an update to the new content.
+            let (hash, flags, event) = match self.index.resource(&rk) {
+                Some(e) => (e.hash, e.flags, Event::Update),
+                None => (Box::default(), ResourceFlags::default(), Event::Delete),
             };
             let change = Change {
                 kind: r.kind,

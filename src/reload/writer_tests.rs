@@ -10,14 +10,14 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::Writer;
-use crate::core::plan::{Event, PlanConfig};
+use crate::core::plan::PlanConfig;
 use crate::core::refs::ResourceRef;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::mock_api::{serve, status, ApiServer, Seen};
 use crate::reload::lease::Leadership;
-use crate::reload::queue::{Finished, Pending, PendingChange, Queue, QueueConfig};
+use crate::reload::queue::{Finished, Pending, Queue, QueueConfig};
 
 fn deployment(rv: &str) -> Value {
     json!({
@@ -98,15 +98,12 @@ fn fixture(
         failures: 0,
         first: now,
         due: now,
-        changes: BTreeMap::from([(
+        causes: BTreeMap::from([(
             ResourceRef {
                 kind: ResourceKind::ConfigMap,
                 name: "cfg".into(),
             },
-            PendingChange {
-                event: Event::Update,
-                observed: now,
-            },
+            now,
         )]),
     };
     let server = tokio::spawn(serve(handle, answer));
@@ -230,7 +227,7 @@ async fn forbidden_is_not_retried_and_reported_once() {
         panic!("{finished:?}")
     };
     assert_eq!(
-        failed.changes, pending.changes,
+        failed.causes, pending.causes,
         "the changes go back to the queue"
     );
     assert_eq!(

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::driver::{self, Handler, History, WatchName};
 use super::{wait_for_api, Changed, Ctx, Sink, WatchPart};
 use crate::core::kinds::csi;
-use crate::core::plan::{Event, PlanConfig};
+use crate::core::plan::PlanConfig;
 use crate::core::policy::ResourceFlags;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
@@ -71,10 +71,8 @@ fn upsert(
     let Some(written_at) = written_at else {
         return;
     };
-    let (event, event_type) = match update.previous {
-        Some(_) => (Event::Update, "update"),
-        None => (Event::Create, "add"),
-    };
+    let created = update.previous.is_none();
+    let event_type = if created { "add" } else { "update" };
     ctx.metrics.event(event_type, label);
     if update.previous.is_some_and(|p| *p.hash == *hash) {
         // Labels, annotations or metadata only: nothing a pod sees has changed.
@@ -82,7 +80,7 @@ fn upsert(
         ctx.metrics.processed(event_type, label, "no_data_change");
         return;
     }
-    if event == Event::Create && !ctx.plan.reload_on_create {
+    if created && !ctx.plan.reload_on_create {
         ctx.metrics.processed(event_type, label, "event_disabled");
         return;
     }
@@ -92,7 +90,6 @@ fn upsert(
             key: &key,
             hash: &hash,
             flags,
-            event,
             observed,
             written_at: Some(written_at),
         },
@@ -116,7 +113,6 @@ fn remove(ctx: &Ctx, key: &ResourceKey, label: &str) {
             key,
             hash: &hash,
             flags: update.previous.map(|p| p.flags).unwrap_or_default(),
-            event: Event::Delete,
             observed,
             written_at: None,
         },

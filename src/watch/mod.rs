@@ -18,7 +18,7 @@ use tokio::time::Instant;
 pub use handlers::{namespaces, optional_workloads, resources, secrets, spcps, spcs, workloads};
 
 use crate::config::scope::ScopeFilter;
-use crate::core::plan::{Event, PlanConfig};
+use crate::core::plan::PlanConfig;
 use crate::core::policy::ResourceFlags;
 use crate::core::refs::ResourceRef;
 use crate::core::ResourceKind;
@@ -27,7 +27,7 @@ use crate::metrics::Metrics;
 use crate::outbound::notify::Notifier;
 use crate::reload::catch_up::CatchUp;
 use crate::reload::pause::PauseReconciler;
-use crate::reload::queue::{Pushed, Queue};
+use crate::reload::triggers::Triggers;
 
 /// What a watch contributes to the first sync, for the catch-up that compares markers with hashes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,9 +142,10 @@ impl ReadyTracker {
 
 /// Where the workloads a change triggers go, chosen once at start-up.
 pub enum Sink {
-    /// Reload them: the coalescing queue in front of the writer, and the resumer of paused Deployments.
+    /// Reload them: the triggers of the coalescing queue in front of the writer, and the resumer of
+    /// paused Deployments.
     Reload {
-        queue: Arc<Queue>,
+        triggers: Arc<Triggers>,
         pause: Arc<PauseReconciler>,
     },
     /// `--webhook-url`: POST what would reload; no workload is touched.
@@ -152,10 +153,10 @@ pub enum Sink {
 }
 
 impl Sink {
-    /// The reload queue; none when changes are only notified.
-    pub fn queue(&self) -> Option<&Arc<Queue>> {
+    /// The way into the reload queue; none when changes are only notified.
+    pub fn triggers(&self) -> Option<&Arc<Triggers>> {
         match self {
-            Sink::Reload { queue, .. } => Some(queue),
+            Sink::Reload { triggers, .. } => Some(triggers),
             Sink::Notify(_) => None,
         }
     }
@@ -166,7 +167,6 @@ struct Changed<'a> {
     key: &'a ResourceKey,
     hash: &'a str,
     flags: ResourceFlags,
-    event: Event,
     observed: Instant,
     /// The apiserver's time of the write (absent for deletes).
     written_at: Option<i64>,
@@ -193,25 +193,29 @@ impl Ctx {
         ready: Arc<ReadyTracker>,
         streaming_lists: bool,
     ) -> Self {
-        use crate::reload::queue::QueueConfig;
+        use crate::reload::queue::{Queue, QueueConfig};
         use std::time::Duration;
+        let index = Arc::new(Index::new());
+        let scope = Arc::new(ScopeFilter::default());
+        let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
+        let queue = Arc::new(Queue::new(QueueConfig {
+            debounce: Duration::ZERO,
+            debounce_max: Duration::ZERO,
+            min_interval: Duration::ZERO,
+        }));
         Self {
             plan: PlanConfig::default(),
-            index: Arc::new(Index::new()),
+            index: index.clone(),
             sink: Sink::Reload {
-                queue: Arc::new(Queue::new(QueueConfig {
-                    debounce: Duration::ZERO,
-                    debounce_max: Duration::ZERO,
-                    min_interval: Duration::ZERO,
-                })),
+                triggers: Triggers::new(index, queue, scope.clone(), metrics.clone()),
                 pause: PauseReconciler::new(
                     client,
                     Default::default(),
                     crate::reload::lease::Leadership::always(),
                 ),
             },
-            metrics: Arc::new(Metrics::new(&mut Default::default(), false)),
-            scope: Arc::default(),
+            metrics,
+            scope,
             ready,
             streaming_lists,
             catch_up: None,
@@ -235,18 +239,15 @@ impl Ctx {
                 self.notify(notifier, dependents, &change);
                 "notified"
             }
-            Sink::Reload { queue, .. } => {
+            Sink::Reload { triggers, .. } => {
                 if let Some(at) = change.written_at {
                     self.index.record_change(change.key, at);
                 }
-                self.enqueue(
-                    queue,
-                    dependents,
-                    change.key.kind,
-                    &change.key.name,
-                    change.event,
-                    change.observed,
-                );
+                let resource = ResourceRef {
+                    kind: change.key.kind,
+                    name: change.key.name.clone(),
+                };
+                triggers.push(dependents, &resource, change.observed);
                 "queued"
             }
         }
@@ -254,12 +255,9 @@ impl Ctx {
 
     fn notify(&self, notifier: &Notifier, dependents: &[WorkloadKey], change: &Changed<'_>) {
         let key = change.key;
-        if !self.scope.namespace_in_scope(&key.namespace) {
-            return;
-        }
         let in_scope: Vec<WorkloadKey> = dependents
             .iter()
-            .filter(|w| !self.plan.policy.ignored_workload_types.contains(&w.kind))
+            .filter(|w| self.scope.covers(w.kind, &w.namespace))
             .cloned()
             .collect();
         let workloads = Notifier::would_reload(
@@ -290,49 +288,13 @@ impl Ctx {
     /// unknown until the watch names it): reload it now rather than at the next consistency pass, or
     /// never (a workload without markers).
     fn reload_if_stale(&self, key: &WorkloadKey, created_at: Option<i64>) {
-        let Sink::Reload { queue, .. } = &self.sink else {
+        let Sink::Reload { triggers, .. } = &self.sink else {
             return;
         };
         let now = Instant::now();
         for r in self.index.missed_changes_of(key, created_at) {
             tracing::info!(workload = %key, resource = %r.name, "new workload missed a change of a resource it uses; reloading");
-            self.enqueue(
-                queue,
-                std::slice::from_ref(key),
-                r.kind,
-                &r.name,
-                Event::Update,
-                now,
-            );
-        }
-    }
-
-    fn enqueue(
-        &self,
-        queue: &Queue,
-        dependents: &[WorkloadKey],
-        kind: ResourceKind,
-        name: &str,
-        event: Event,
-        observed: Instant,
-    ) {
-        for w in dependents {
-            self.metrics.scanned(w.kind.name());
-            if !self.scope.namespace_in_scope(&w.namespace)
-                || self.plan.policy.ignored_workload_types.contains(&w.kind)
-            {
-                self.metrics.skip("ignored_or_not_selected");
-                continue;
-            }
-            self.metrics.matched(w.kind.name());
-            let r = ResourceRef {
-                kind,
-                name: name.to_string(),
-            };
-            let lone = self.index.has_one_trigger(w);
-            if queue.push(w.clone(), r, event, observed, lone) == Pushed::Coalesced {
-                self.metrics.reloads_coalesced.inc();
-            }
+            triggers.push(std::slice::from_ref(key), &r, now);
         }
     }
 }
