@@ -6,8 +6,11 @@
 //! one resource and has no reload patterns) is due at once, unless the workload is being reloaded or
 //! was reloaded within the window: then it waits the window like any other, so a burst of one
 //! resource's changes still coalesces behind the first reload.
+//!
+//! Workloads waiting (not being reloaded) are kept in the order they are due, so taking the next one
+//! costs the same with ten thousand queued as with one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -36,8 +39,26 @@ pub enum Finished {
     Reloaded,
     /// Nothing to write, the object gone, or left to the next leader.
     Settled,
-    /// Every attempt failed: the changes wait [`retry_delay`] and are tried again.
-    Failed(Pending),
+    /// Still owed, but not now: `pending` is due again after `after` (a failed reload waits
+    /// [`retry_delay`]). A change that arrives meanwhile is not held back by it.
+    RequeueAfter { pending: Pending, after: Duration },
+}
+
+impl Finished {
+    /// Every attempt failed: counted, and tried again after [`retry_delay`].
+    pub fn failed(mut pending: Pending) -> Self {
+        pending.failures += 1;
+        let after = retry_delay(pending.failures);
+        Finished::RequeueAfter { pending, after }
+    }
+
+    /// When the workload is due again, if it is still owed.
+    pub fn requeue_after(&self) -> Option<Duration> {
+        match self {
+            Finished::RequeueAfter { after, .. } => Some(*after),
+            Finished::Reloaded | Finished::Settled => None,
+        }
+    }
 }
 
 /// How long changes whose reload failed `failures` times in a row wait before the next try: 30 s,
@@ -58,6 +79,8 @@ pub struct QueueConfig {
 
 struct State {
     pending: HashMap<WorkloadKey, Pending>,
+    /// The pending workloads not taken by the writer, by when they are due.
+    waiting: BTreeSet<(Instant, WorkloadKey)>,
     /// Taken by the writer, with when.
     in_flight: HashMap<WorkloadKey, Instant>,
     last_reload: HashMap<WorkloadKey, Instant>,
@@ -65,10 +88,26 @@ struct State {
     last_progress: Instant,
 }
 
+impl State {
+    /// Sets when a pending workload is due, keeping `waiting` in step; one being reloaded waits
+    /// there only once the writer is done with it.
+    fn set_due(&mut self, key: &WorkloadKey, due: Instant) {
+        let Some(pending) = self.pending.get_mut(key) else {
+            return;
+        };
+        let old = std::mem::replace(&mut pending.due, due);
+        if !self.in_flight.contains_key(key) {
+            self.waiting.remove(&(old, key.clone()));
+            self.waiting.insert((due, key.clone()));
+        }
+    }
+}
+
 impl Default for State {
     fn default() -> Self {
         Self {
             pending: HashMap::new(),
+            waiting: BTreeSet::new(),
             in_flight: HashMap::new(),
             last_reload: HashMap::new(),
             last_progress: Instant::now(),
@@ -135,21 +174,22 @@ impl Queue {
         } else {
             Pushed::New
         };
-        let entry = state.pending.entry(key).or_insert_with(|| Pending {
+        let entry = state.pending.entry(key.clone()).or_insert_with(|| Pending {
             first: now,
             due: now,
             causes: BTreeMap::new(),
             failures: 0,
         });
-        entry.due = if lone && pushed == Pushed::New && !busy {
+        entry.causes.entry(resource).or_insert(observed);
+        let mut due = if lone && pushed == Pushed::New && !busy {
             now
         } else {
             (now + self.cfg.debounce).min(entry.first + self.cfg.debounce_max)
         };
         if let Some(end) = cooldown_end.filter(|_| !self.cfg.min_interval.is_zero()) {
-            entry.due = entry.due.max(end);
+            due = due.max(end);
         }
-        entry.causes.entry(resource).or_insert(observed);
+        state.set_due(&key, due);
         drop(state);
         self.notify.notify_one();
         pushed
@@ -203,20 +243,18 @@ impl Queue {
             let wait = {
                 let mut state = self.lock();
                 let now = Instant::now();
-                let next = state
-                    .pending
-                    .iter()
-                    .filter(|(k, _)| !state.in_flight.contains_key(*k))
-                    .min_by_key(|(_, p)| p.due)
-                    .map(|(k, p)| (k.clone(), p.due));
-                match next {
-                    Some((key, due)) if due <= now => {
-                        let pending = state.pending.remove(&key).expect("present");
+                match state.waiting.first().cloned() {
+                    Some((due, key)) if due <= now => {
+                        state.waiting.pop_first();
+                        let pending = state
+                            .pending
+                            .remove(&key)
+                            .expect("a waiting workload is pending");
                         state.in_flight.insert(key.clone(), now);
                         state.last_progress = now;
                         return (key, pending);
                     }
-                    Some((_, due)) => Some(due),
+                    Some((due, _)) => Some(due),
                     None => None,
                 }
             };
@@ -244,22 +282,34 @@ impl Queue {
                 state.last_reload.insert(key.clone(), now);
             }
             Finished::Settled => {}
-            Finished::Failed(failed) => {
-                let failures = failed.failures + 1;
-                let retry_at = now + retry_delay(failures);
-                let entry = state.pending.entry(key.clone()).or_insert_with(|| Pending {
-                    first: failed.first,
-                    due: retry_at,
-                    causes: BTreeMap::new(),
-                    failures: 0,
-                });
-                entry.first = entry.first.min(failed.first);
-                entry.failures = failures;
-                for (r, observed) in failed.causes {
-                    let first_seen = entry.causes.entry(r).or_insert(observed);
-                    *first_seen = (*first_seen).min(observed);
+            Finished::RequeueAfter {
+                pending: back,
+                after,
+            } => {
+                match state.pending.get_mut(key) {
+                    // Changes arrived meanwhile: due as they are, carrying these along.
+                    Some(entry) => {
+                        entry.first = entry.first.min(back.first);
+                        entry.failures = back.failures;
+                        for (r, observed) in back.causes {
+                            let first_seen = entry.causes.entry(r).or_insert(observed);
+                            *first_seen = (*first_seen).min(observed);
+                        }
+                    }
+                    None => {
+                        state.pending.insert(
+                            key.clone(),
+                            Pending {
+                                due: now + after,
+                                ..back
+                            },
+                        );
+                    }
                 }
             }
+        }
+        if let Some(due) = state.pending.get(key).map(|p| p.due) {
+            state.waiting.insert((due, key.clone()));
         }
         // A last reload matters for the busy check (the debounce window) and the cooldown, whichever is
         // longer; older ones are dropped so the map does not grow forever.
@@ -315,13 +365,13 @@ mod tests {
         let q = queue(0, 0, 0);
         q.push(key("a"), r("one"), Instant::now(), true);
         let (k, pending) = q.next().await;
-        q.done(&k, Finished::Failed(pending));
+        q.done(&k, Finished::failed(pending));
         assert_eq!(q.depth(), 1, "kept");
         let taken = tokio::time::timeout(retry_delay(1) - Duration::from_secs(1), q.next()).await;
         assert!(taken.is_err(), "not before the retry delay");
         let (k, pending) = q.next().await;
         assert_eq!(pending.failures, 1);
-        q.done(&k, Finished::Failed(pending));
+        q.done(&k, Finished::failed(pending));
 
         // A new change while they wait: due at once, carrying the failed one.
         q.push(key("a"), r("two"), Instant::now(), false);
@@ -430,6 +480,26 @@ mod tests {
         q.push(key("a"), r("one"), t1, true);
         let _ = q.next().await;
         assert_eq!(Instant::now() - t1, Duration::from_millis(250));
+    }
+
+    /// A change that pushes a queued workload's due time back reorders it behind one due sooner.
+    #[tokio::test(start_paused = true)]
+    async fn workloads_are_taken_in_the_order_they_are_due() {
+        let q = queue(250, 2000, 0);
+        let t0 = Instant::now();
+        q.push(key("a"), r("one"), t0, false);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        q.push(key("b"), r("one"), Instant::now(), false);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        q.push(key("a"), r("two"), Instant::now(), false);
+        let (first, _) = q.next().await;
+        assert_eq!(first, key("b"));
+        assert_eq!(Instant::now() - t0, Duration::from_millis(350));
+        let (second, p) = q.next().await;
+        assert_eq!(second, key("a"));
+        assert_eq!(Instant::now() - t0, Duration::from_millis(450));
+        assert_eq!(p.causes.len(), 2);
+        assert_eq!(q.lock().waiting.len(), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -180,7 +180,7 @@ impl Writer {
             let span = tracing::info_span!("reload", workload = %key);
             tokio::spawn(
                 async move {
-                    let finished = this.reload_with(&key, pending, Some(permit)).await;
+                    let finished = this.reconcile(&key, pending, Some(permit)).await;
                     this.queue.done(&key, finished);
                 }
                 .instrument(span),
@@ -197,15 +197,15 @@ impl Writer {
     #[cfg(test)]
     async fn reload(&self, key: &WorkloadKey, pending: &Pending) -> bool {
         matches!(
-            self.reload_with(key, pending.clone(), None).await,
+            self.reconcile(key, pending.clone(), None).await,
             Finished::Reloaded
         )
     }
 
-    /// Reloads one workload: attempts with backoff, each holding a write permit (`permit` is the
-    /// first's), none held while waiting for the next. When every attempt failed, the changes go back
-    /// to the queue to be tried again later.
-    async fn reload_with(
+    /// Reconciles one workload: writes what its pending changes owe, in attempts with backoff, each
+    /// holding a write permit (`permit` is the first's), none held while waiting for the next. What
+    /// is still owed goes back to the queue with when to try again ([`Finished::RequeueAfter`]).
+    async fn reconcile(
         &self,
         key: &WorkloadKey,
         pending: Pending,
@@ -289,7 +289,8 @@ impl Writer {
             }
             Err(f) => f.error,
         };
-        let retry_in = super::queue::retry_delay(pending.failures + 1);
+        let finished = Finished::failed(pending);
+        let retry_in = finished.requeue_after().unwrap_or_default();
         tracing::warn!(error = %last_error, ?retry_in, "reload failed; tried again later");
         self.metrics.reload_done(
             &key.namespace,
@@ -311,7 +312,7 @@ impl Writer {
             ),
         )
         .await;
-        Finished::Failed(pending)
+        finished
     }
 
     async fn attempt(

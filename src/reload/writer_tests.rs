@@ -17,7 +17,7 @@ use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::mock_api::{serve, status, ApiServer, Seen};
 use crate::reload::lease::Leadership;
-use crate::reload::queue::{Finished, Pending, Queue, QueueConfig};
+use crate::reload::queue::{retry_delay, Finished, Pending, Queue, QueueConfig};
 
 fn deployment(rv: &str) -> Value {
     json!({
@@ -222,10 +222,15 @@ async fn forbidden_is_not_retried_and_reported_once() {
             status(403, "Forbidden", "deployments.apps \"web\" is forbidden"),
         )
     });
-    let finished = f.writer.reload_with(&key, pending.clone(), None).await;
-    let Finished::Failed(failed) = finished else {
+    let finished = f.writer.reconcile(&key, pending.clone(), None).await;
+    let Finished::RequeueAfter {
+        pending: failed,
+        after,
+    } = finished
+    else {
         panic!("{finished:?}")
     };
+    assert_eq!((failed.failures, after), (1, retry_delay(1)));
     assert_eq!(
         failed.causes, pending.causes,
         "the changes go back to the queue"
