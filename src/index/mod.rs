@@ -3,17 +3,28 @@
 //! Plain data behind ONE lock; nothing here touches the network, so tests drive it directly.
 //! "Read hashes + record workload" (admission) and "update hash + find dependents" (watch) are each one
 //! critical section, so no change can fall between them. Secret data is never kept: hashes only.
+//!
+//! By concern: each resource's hash (here), each workload's record ([`workload`]), the reverse edges
+//! from resources to the workloads they may concern ([`dependents`]), and the recent changes that
+//! unmarked workloads are checked against ([`changes`]).
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+mod changes;
+mod dependents;
+mod workload;
+
+use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::core::plan::{current_marker, PlanConfig};
-use crate::core::policy::{AnnotationKeys, ResourceFlags, WorkloadPolicy};
-use crate::core::refs::{self, ResourceRef};
-use crate::core::skeleton;
+use changes::ChangeLog;
+pub use changes::RECENT_CHANGES_KEPT;
+use dependents::Dependents;
+pub use workload::WorkloadEntry;
+
+use crate::core::policy::ResourceFlags;
+use crate::core::refs::ResourceRef;
 use crate::core::{ResourceKind, WorkloadKind};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -53,150 +64,19 @@ pub struct ResourceEntry {
     pub flags: ResourceFlags,
 }
 
-/// What the index keeps of a workload: references and markers, never the object. Sorted boxed slices,
-/// not B-trees: a workload has a handful of references, and a B-tree node costs hundreds of bytes.
-/// The policy annotations are read from the skeleton when needed (notify mode), not kept twice.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct WorkloadEntry {
-    /// Referenced resources, sorted.
-    pub refs: Box<[ResourceRef]>,
-    /// The marker currently on the workload for `refs[i]` at `markers[i]`; empty when it has none.
-    markers: Box<[Option<Box<str>>]>,
-    pub has_patterns: bool,
-    /// What planning reads of the object (`core::skeleton`, compact JSON); set from the watch and from
-    /// the writer's own PATCH response, absent for admission's provisional records.
-    pub skeleton: Option<Box<str>>,
-    /// The object's resourceVersion when it is a number (etcd's always are), so an older watch event
-    /// never replaces what the writer's PATCH response already recorded.
-    pub resource_version: Option<u64>,
-}
-
-impl WorkloadEntry {
-    pub fn from_object(cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Self {
-        Self::with_policy(cfg, obj, kind).0
-    }
-
-    /// The entry and the policy annotations it was decided from (admission plans with them).
-    pub fn with_policy(
-        cfg: &PlanConfig,
-        obj: &Value,
-        kind: WorkloadKind,
-    ) -> (Self, WorkloadPolicy) {
-        let policy = WorkloadPolicy::from_workload(&cfg.policy.keys, obj, kind);
-        let has_patterns = policy.has_patterns(&cfg.policy.keys);
-        let Some(spec) = refs::pod_spec(obj, kind) else {
-            let entry = Self {
-                has_patterns,
-                ..Default::default()
-            };
-            return (entry, policy);
-        };
-        let refs: Vec<ResourceRef> = refs::references(spec).into_iter().collect();
-        let mut markers: Vec<Option<Box<str>>> = refs
-            .iter()
-            .map(|r| {
-                let container = refs::choose_container(spec, r.kind, &r.name, true);
-                current_marker(cfg, obj, kind, r.kind, &r.name, container.as_ref())
-                    .map(String::into_boxed_str)
-            })
-            .collect();
-        if markers.iter().all(Option::is_none) {
-            markers.clear();
-        }
-        let markers = markers.into_boxed_slice();
-        let entry = Self {
-            refs: refs.into_boxed_slice(),
-            markers,
-            has_patterns,
-            ..Default::default()
-        };
-        (entry, policy)
-    }
-
-    /// Whether the pod spec references `r`.
-    pub fn references(&self, r: &ResourceRef) -> bool {
-        self.refs.binary_search(r).is_ok()
-    }
-
-    /// The marker the workload carries for `r`.
-    pub fn marker(&self, r: &ResourceRef) -> Option<&str> {
-        let i = self.refs.binary_search(r).ok()?;
-        self.markers.get(i)?.as_deref()
-    }
-
-    /// The markers the workload carries, by resource.
-    pub fn markers(&self) -> impl Iterator<Item = (&ResourceRef, &str)> {
-        self.refs
-            .iter()
-            .zip(self.markers.iter())
-            .filter_map(|(r, m)| Some((r, m.as_deref()?)))
-    }
-
-    /// The policy annotations, read from the skeleton (none without one).
-    pub fn policy(&self, keys: &AnnotationKeys, kind: WorkloadKind) -> WorkloadPolicy {
-        self.skeleton
-            .as_deref()
-            .and_then(|s| serde_json::from_str::<Value>(s).ok())
-            .map(|s| WorkloadPolicy::from_workload(keys, &s, kind))
-            .unwrap_or_default()
-    }
-
-    /// The record of a stored object (the watch's or a PATCH response's): references, markers,
-    /// skeleton and resourceVersion.
-    pub fn from_stored(cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Self {
-        Self::from_object(cfg, obj, kind).with_skeleton(cfg, obj, kind)
-    }
-
-    fn with_skeleton(mut self, cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Self {
-        self.skeleton = Some(
-            skeleton::skeleton(&cfg.policy.keys, obj, kind)
-                .to_string()
-                .into(),
-        );
-        self.resource_version = refs::at(obj, "/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .and_then(|rv| rv.parse().ok());
-        self
-    }
-
-    /// Whether this record is older than `other` by resourceVersion (unknown counts as not older).
-    fn older_than(&self, other: &WorkloadEntry) -> bool {
-        matches!((self.resource_version, other.resource_version), (Some(a), Some(b)) if a < b)
-    }
-
-    /// Could a change of this resource concern the workload at all?
-    fn may_depend_on(&self, kind: ResourceKind, name: &str) -> bool {
-        self.has_patterns
-            || self.references(&ResourceRef {
-                kind,
-                name: name.to_string(),
-            })
-    }
-}
-
 #[derive(Debug, Default)]
 struct State {
     resources: HashMap<ResourceKey, ResourceEntry>,
     workloads: HashMap<WorkloadKey, WorkloadEntry>,
     /// Admission records not yet confirmed by the watch, with when they were recorded.
     provisional: HashMap<WorkloadKey, (WorkloadEntry, Instant)>,
-    /// resource → workloads naming it (confirmed or provisional).
-    reverse: HashMap<ResourceKey, HashSet<WorkloadKey>>,
-    /// namespace → workloads with reload patterns (found by evaluation, not by reference).
-    patterns: HashMap<String, HashSet<WorkloadKey>>,
-    /// Resource changes that triggered reloads within `RECENT_CHANGES_KEPT`: the apiserver's time of the
-    /// write (seconds) and when it was handled. See `missed_changes_of`.
-    recent_changes: HashMap<ResourceKey, (i64, Instant)>,
-    /// The same, oldest first, so expiry is cheap.
-    recent_order: VecDeque<(Instant, ResourceKey)>,
+    /// Of confirmed and provisional records alike.
+    dependents: Dependents,
+    changes: ChangeLog,
     /// CSI: the ignore/match annotations of SecretProviderClasses (whose hashes come from their pod
     /// statuses, which carry no annotations).
     class_flags: HashMap<ResourceKey, ResourceFlags>,
 }
-
-/// How long a handled change is remembered for workloads the watch has not seen yet. Longer than any
-/// watch gap short of a re-list, after which the consistency pass takes over.
-pub const RECENT_CHANGES_KEPT: Duration = Duration::from_secs(600);
 
 impl State {
     /// The references whose marker on the workload differs from the resource's current hash.
@@ -213,92 +93,29 @@ impl State {
         })
     }
 
-    /// Drops the handled changes older than `RECENT_CHANGES_KEPT` at `now`, oldest first; a resource
-    /// changed again since keeps its newer record.
-    fn forget_changes_before(&mut self, now: Instant) {
-        while let Some((at, old)) = self.recent_order.pop_front() {
-            if now.duration_since(at) <= RECENT_CHANGES_KEPT {
-                self.recent_order.push_front((at, old));
-                break;
-            }
-            if self.recent_changes.get(&old).is_some_and(|(_, t)| *t == at) {
-                self.recent_changes.remove(&old);
-            }
-        }
-    }
-
-    fn link(&mut self, key: &WorkloadKey, entry: &WorkloadEntry) {
-        for r in &entry.refs {
-            self.reverse
-                .entry(ResourceKey::new(r.kind, &key.namespace, &r.name))
-                .or_default()
-                .insert(key.clone());
-        }
-        if entry.has_patterns {
-            self.patterns
-                .entry(key.namespace.clone())
-                .or_default()
-                .insert(key.clone());
-        }
-    }
-
-    /// Removes the reverse links of `old` that neither the confirmed nor the provisional record still needs.
+    /// Removes the edges of `old` that neither the confirmed nor the provisional record still needs.
     fn unlink(&mut self, key: &WorkloadKey, old: &WorkloadEntry) {
-        let still = |s: &State, r: &ResourceRef| {
-            s.workloads.get(key).is_some_and(|e| e.references(r))
-                || s.provisional.get(key).is_some_and(|(e, _)| e.references(r))
-        };
-        for r in &old.refs {
-            if still(self, r) {
-                continue;
-            }
-            let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
-            if let Some(set) = self.reverse.get_mut(&rk) {
-                set.remove(key);
-                if set.is_empty() {
-                    self.reverse.remove(&rk);
-                }
-            }
-        }
-        let patterns_still = self.workloads.get(key).is_some_and(|e| e.has_patterns)
-            || self
-                .provisional
-                .get(key)
-                .is_some_and(|(e, _)| e.has_patterns);
-        if old.has_patterns && !patterns_still {
-            if let Some(set) = self.patterns.get_mut(&key.namespace) {
-                set.remove(key);
-                if set.is_empty() {
-                    self.patterns.remove(&key.namespace);
-                }
-            }
-        }
+        let confirmed = self.workloads.get(key);
+        let provisional = self.provisional.get(key).map(|(e, _)| e);
+        let records = || confirmed.into_iter().chain(provisional);
+        let patterns_still = records().any(|e| e.has_patterns);
+        self.dependents.unlink(
+            key,
+            old,
+            |r| records().any(|e| e.references(r)),
+            patterns_still,
+        );
     }
 
+    /// The workloads a change of `key` may concern.
     fn dependents(&self, key: &ResourceKey) -> Vec<WorkloadKey> {
-        let mut out: BTreeSet<WorkloadKey> = self
-            .reverse
-            .get(key)
+        let concerned = |e: &WorkloadEntry| e.may_depend_on(key.kind, &key.name);
+        self.dependents
+            .candidates(key)
             .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
-        out.extend(
-            self.patterns
-                .get(&key.namespace)
-                .into_iter()
-                .flatten()
-                .cloned(),
-        );
-        out.into_iter()
             .filter(|w| {
-                self.workloads
-                    .get(w)
-                    .is_some_and(|e| e.may_depend_on(key.kind, &key.name))
-                    || self
-                        .provisional
-                        .get(w)
-                        .is_some_and(|(e, _)| e.may_depend_on(key.kind, &key.name))
+                self.workloads.get(w).is_some_and(concerned)
+                    || self.provisional.get(w).is_some_and(|(e, _)| concerned(e))
             })
             .collect()
     }
@@ -363,7 +180,7 @@ impl Index {
             let old = state
                 .provisional
                 .insert(key.clone(), (entry.clone(), Instant::now()));
-            state.link(key, entry);
+            state.dependents.link(key, entry);
             if let Some((old, _)) = old {
                 state.unlink(key, &old);
             }
@@ -385,7 +202,7 @@ impl Index {
         }
         let provisional = state.provisional.remove(&key).map(|(e, _)| e);
         let old = state.workloads.insert(key.clone(), entry.clone());
-        state.link(&key, &entry);
+        state.dependents.link(&key, &entry);
         for old in old.iter().chain(provisional.iter()) {
             state.unlink(&key, old);
         }
@@ -404,7 +221,7 @@ impl Index {
             return;
         }
         let old = state.workloads.insert(key.clone(), entry.clone());
-        state.link(key, &entry);
+        state.dependents.link(key, &entry);
         if let Some(old) = old {
             state.unlink(key, &old);
         }
@@ -578,17 +395,13 @@ impl Index {
     /// Remembers that a change of `key`, written by the apiserver at `written_at` (Unix seconds),
     /// triggered reloads of the workloads known then.
     pub fn record_change(&self, key: &ResourceKey, written_at: i64) {
-        let mut state = self.write();
-        let now = Instant::now();
-        state.forget_changes_before(now);
-        state.recent_changes.insert(key.clone(), (written_at, now));
-        state.recent_order.push_back((now, key.clone()));
+        self.write().changes.record(key, written_at, Instant::now());
     }
 
-    /// Forgets handled changes older than `RECENT_CHANGES_KEPT` (also done on each record; the gauge
-    /// tick calls this every 5 s to cover quiet periods).
+    /// Forgets handled changes older than [`RECENT_CHANGES_KEPT`] (also done on each record; the
+    /// housekeeping calls this every 5 s to cover quiet periods).
     pub fn expire_recent_changes(&self) {
-        self.write().forget_changes_before(Instant::now());
+        self.write().changes.forget_before(Instant::now());
     }
 
     /// What a workload the watch sees for the first time missed (the watches are not ordered, and a
@@ -615,10 +428,8 @@ impl Index {
                 .iter()
                 .filter(|r| entry.marker(r).is_none())
                 .filter(|r| {
-                    state
-                        .recent_changes
-                        .get(&ResourceKey::new(r.kind, &key.namespace, &r.name))
-                        .is_some_and(|(written_at, _)| *written_at > created_at)
+                    let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
+                    state.changes.changed_after(&rk, created_at)
                 })
                 .cloned(),
         );
@@ -650,7 +461,7 @@ impl Index {
             resources: state.resources.len(),
             workloads: state.workloads.len(),
             provisional: state.provisional.len(),
-            reverse_edges: state.reverse.values().map(HashSet::len).sum(),
+            reverse_edges: state.dependents.edges(),
         }
     }
 }
@@ -658,6 +469,7 @@ impl Index {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::plan::PlanConfig;
     use serde_json::json;
 
     fn cfg() -> PlanConfig {
@@ -826,24 +638,6 @@ mod tests {
         let (c, ec) = mk_deploy("ns", "c", "cfg", Some("h2"));
         index.apply_workload(c.clone(), ec);
         assert!(index.missed_changes_of(&c, Some(0)).is_empty());
-    }
-
-    #[test]
-    fn recorded_changes_keep_the_latest_write_per_resource() {
-        let index = Index::new();
-        index.record_change(&cm_key("ns", "cfg"), 10);
-        index.record_change(&cm_key("ns", "cfg"), 20);
-        index.record_change(&cm_key("ns", "other"), 30);
-        let state = index.read();
-        assert_eq!(state.recent_changes.len(), 2);
-        assert_eq!(state.recent_changes[&cm_key("ns", "cfg")].0, 20);
-        assert_eq!(state.recent_order.len(), 3);
-        drop(state);
-        // Past the window everything is forgotten.
-        let later = Instant::now() + RECENT_CHANGES_KEPT + Duration::from_secs(1);
-        let mut state = index.write();
-        state.forget_changes_before(later);
-        assert!(state.recent_changes.is_empty() && state.recent_order.is_empty());
     }
 
     #[test]

@@ -1,0 +1,130 @@
+//! What the index keeps of one workload.
+
+use serde_json::Value;
+
+use crate::core::plan::{current_marker, PlanConfig};
+use crate::core::policy::{AnnotationKeys, WorkloadPolicy};
+use crate::core::refs::{self, ResourceRef};
+use crate::core::skeleton;
+use crate::core::{ResourceKind, WorkloadKind};
+
+/// What the index keeps of a workload: references and markers, never the object. Sorted boxed slices,
+/// not B-trees: a workload has a handful of references, and a B-tree node costs hundreds of bytes.
+/// The policy annotations are read from the skeleton when needed (notify mode), not kept twice.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WorkloadEntry {
+    /// Referenced resources, sorted.
+    pub refs: Box<[ResourceRef]>,
+    /// The marker currently on the workload for `refs[i]` at `markers[i]`; empty when it has none.
+    markers: Box<[Option<Box<str>>]>,
+    pub has_patterns: bool,
+    /// What planning reads of the object (`core::skeleton`, compact JSON); set from the watch and from
+    /// the writer's own PATCH response, absent for admission's provisional records.
+    pub skeleton: Option<Box<str>>,
+    /// The object's resourceVersion when it is a number (etcd's always are), so an older watch event
+    /// never replaces what the writer's PATCH response already recorded.
+    pub resource_version: Option<u64>,
+}
+
+impl WorkloadEntry {
+    pub fn from_object(cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Self {
+        Self::with_policy(cfg, obj, kind).0
+    }
+
+    /// The entry and the policy annotations it was decided from (admission plans with them).
+    pub fn with_policy(
+        cfg: &PlanConfig,
+        obj: &Value,
+        kind: WorkloadKind,
+    ) -> (Self, WorkloadPolicy) {
+        let policy = WorkloadPolicy::from_workload(&cfg.policy.keys, obj, kind);
+        let has_patterns = policy.has_patterns(&cfg.policy.keys);
+        let Some(spec) = refs::pod_spec(obj, kind) else {
+            let entry = Self {
+                has_patterns,
+                ..Default::default()
+            };
+            return (entry, policy);
+        };
+        let refs: Vec<ResourceRef> = refs::references(spec).into_iter().collect();
+        let mut markers: Vec<Option<Box<str>>> = refs
+            .iter()
+            .map(|r| {
+                let container = refs::choose_container(spec, r.kind, &r.name, true);
+                current_marker(cfg, obj, kind, r.kind, &r.name, container.as_ref())
+                    .map(String::into_boxed_str)
+            })
+            .collect();
+        if markers.iter().all(Option::is_none) {
+            markers.clear();
+        }
+        let markers = markers.into_boxed_slice();
+        let entry = Self {
+            refs: refs.into_boxed_slice(),
+            markers,
+            has_patterns,
+            ..Default::default()
+        };
+        (entry, policy)
+    }
+
+    /// Whether the pod spec references `r`.
+    pub fn references(&self, r: &ResourceRef) -> bool {
+        self.refs.binary_search(r).is_ok()
+    }
+
+    /// The marker the workload carries for `r`.
+    pub fn marker(&self, r: &ResourceRef) -> Option<&str> {
+        let i = self.refs.binary_search(r).ok()?;
+        self.markers.get(i)?.as_deref()
+    }
+
+    /// The markers the workload carries, by resource.
+    pub fn markers(&self) -> impl Iterator<Item = (&ResourceRef, &str)> {
+        self.refs
+            .iter()
+            .zip(self.markers.iter())
+            .filter_map(|(r, m)| Some((r, m.as_deref()?)))
+    }
+
+    /// The policy annotations, read from the skeleton (none without one).
+    pub fn policy(&self, keys: &AnnotationKeys, kind: WorkloadKind) -> WorkloadPolicy {
+        self.skeleton
+            .as_deref()
+            .and_then(|s| serde_json::from_str::<Value>(s).ok())
+            .map(|s| WorkloadPolicy::from_workload(keys, &s, kind))
+            .unwrap_or_default()
+    }
+
+    /// The record of a stored object (the watch's or a PATCH response's): references, markers,
+    /// skeleton and resourceVersion.
+    pub fn from_stored(cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Self {
+        Self::from_object(cfg, obj, kind).with_skeleton(cfg, obj, kind)
+    }
+
+    fn with_skeleton(mut self, cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Self {
+        self.skeleton = Some(
+            skeleton::skeleton(&cfg.policy.keys, obj, kind)
+                .to_string()
+                .into(),
+        );
+        self.resource_version = refs::at(obj, "/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .and_then(|rv| rv.parse().ok());
+        self
+    }
+
+    /// Whether this record is older than `other` by resourceVersion (unknown counts as not older).
+    pub(super) fn older_than(&self, other: &WorkloadEntry) -> bool {
+        matches!((self.resource_version, other.resource_version), (Some(a), Some(b)) if a < b)
+    }
+
+    /// Could a change of this resource concern the workload at all?
+    pub(super) fn may_depend_on(&self, kind: ResourceKind, name: &str) -> bool {
+        self.has_patterns
+            || self.references(&ResourceRef {
+                kind,
+                name: name.to_string(),
+            })
+    }
+}
