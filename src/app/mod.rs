@@ -35,7 +35,7 @@ use crate::reload::warm;
 use crate::reload::writer::{self, Writer};
 use crate::server::admin::{self, Health};
 use crate::server::{bind, tls};
-use crate::watch::{self, Ctx, ReadyTracker, Sink, WatchPart};
+use crate::watch::{self, Ctx, ReadyTracker, Sink, WatchId, WatchPart, Watched};
 
 /// ConfigMaps and Secrets per list page at start-up and re-list.
 const RESOURCE_LIST_PAGE: u32 = 100;
@@ -584,10 +584,11 @@ impl Watches<'_> {
     /// sync is never missed).
     fn start(
         &mut self,
-        name: String,
+        id: WatchId,
         part: Option<WatchPart>,
         watch: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
+        let name = id.to_string();
         if let Some(part) = part {
             self.ready.expect(&name, part);
         }
@@ -624,20 +625,20 @@ fn spawn_watches(
     };
     if scope.selector().is_some() {
         watches.start(
-            "namespaces".into(),
+            Watched::Namespaces.in_namespace(None),
             Some(WatchPart::Scope),
             watch::namespaces(client.clone(), ctx.clone()),
         );
     }
     for ns in &namespaces {
-        let star = ns.as_deref().unwrap_or("*");
+        let in_ns = |watched: Watched| watched.in_namespace(ns.as_deref());
         if !config.ignore_configmaps {
             let api: Api<ConfigMap> = match ns {
                 Some(n) => Api::namespaced(client.clone(), n),
                 None => Api::all(client.clone()),
             };
             watches.start(
-                format!("configmaps/{star}"),
+                in_ns(Watched::Resources(ResourceKind::ConfigMap)),
                 Some(WatchPart::Resources(ResourceKind::ConfigMap)),
                 watch::resources(
                     api,
@@ -654,7 +655,7 @@ fn spawn_watches(
             // Helm release blobs are large and never mounted: keep them out of the watch.
             let wc = label_config(watcher::Config::default().fields("type!=helm.sh/release.v1"));
             watches.start(
-                format!("secrets/{star}"),
+                in_ns(Watched::Resources(ResourceKind::Secret)),
                 Some(WatchPart::Resources(ResourceKind::Secret)),
                 watch::secrets(client.clone(), wc, ns.clone(), ctx.clone()),
             );
@@ -665,26 +666,26 @@ fn spawn_watches(
                 .as_ref()
                 .map(|s| s.to_string());
             watches.start(
-                format!("secretproviderclasspodstatuses/{star}"),
+                in_ns(Watched::ClassPodStatuses),
                 None,
                 watch::spcps(client.clone(), ns.clone(), labels, ctx.clone()),
             );
             watches.start(
-                format!("secretproviderclasses/{star}"),
+                in_ns(Watched::Classes),
                 None,
                 watch::spcs(client.clone(), ns.clone(), ctx.clone()),
             );
         }
         for kind in optional {
             watches.start(
-                format!("{}/{star}", kind.name()),
+                in_ns(Watched::Workloads(*kind)),
                 None,
                 watch::optional_workloads(client.clone(), *kind, ns.clone(), ctx.clone()),
             );
         }
         for kind in builtin {
             watches.start(
-                format!("{}/{star}", kind.name()),
+                in_ns(Watched::Workloads(*kind)),
                 Some(WatchPart::Workloads),
                 watch::workloads(client.clone(), *kind, ns.clone(), ctx.clone()),
             );

@@ -93,6 +93,66 @@ macro_rules! register {
     };
 }
 
+/// A resource watch event, as `reloader_events_received_total{event_type}` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchEventType {
+    Add,
+    Update,
+    Delete,
+}
+
+impl WatchEventType {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Add => "add",
+            Self::Update => "update",
+            Self::Delete => "delete",
+        }
+    }
+}
+
+/// What became of a resource watch event (`reloader_events_processed_total{result}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Processed {
+    /// Labels, annotations or metadata only changed.
+    NoDataChange,
+    /// A create without `--reload-on-create`, a delete without `--reload-on-delete`.
+    EventDisabled,
+    Notified,
+    Queued,
+}
+
+impl Processed {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::NoDataChange => "no_data_change",
+            Self::EventDisabled => "event_disabled",
+            Self::Notified => "notified",
+            Self::Queued => "queued",
+        }
+    }
+}
+
+/// Why a change or a workload was left alone (`reloader_skipped_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    NoDataChange,
+    /// Out of scope or of an ignored kind.
+    IgnoredOrNotSelected,
+    /// Planned, and nothing to write.
+    StrategyNotUpdated,
+}
+
+impl Skip {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::NoDataChange => "no_data_change",
+            Self::IgnoredOrNotSelected => "ignored_or_not_selected",
+            Self::StrategyNotUpdated => "strategy_not_updated",
+        }
+    }
+}
+
 pub struct Metrics {
     pub reload_executed: Family<SuccessLabels, Counter>,
     pub reload_executed_by_namespace: Family<NamespaceLabels, Counter>,
@@ -267,18 +327,18 @@ impl Metrics {
             .observe(seconds);
     }
 
-    pub fn skip(&self, reason: &str) {
+    pub fn skip(&self, reason: Skip) {
         self.skipped
             .get_or_create(&ReasonLabels {
-                reason: reason.into(),
+                reason: reason.label().into(),
             })
             .inc();
     }
 
-    pub fn event(&self, event_type: &str, resource_type: &str) {
+    pub fn event(&self, event: WatchEventType, resource_type: &str) {
         self.events_received
             .get_or_create(&EventLabels {
-                event_type: event_type.into(),
+                event_type: event.label().into(),
                 resource_type: resource_type.into(),
             })
             .inc();
@@ -295,14 +355,13 @@ impl Metrics {
             .inc();
     }
 
-    /// A resource watch event after handling (`result`: `no_data_change`, `event_disabled`,
-    /// `notified` or `queued`).
-    pub fn processed(&self, event_type: &str, resource_type: &str, result: &str) {
+    /// A resource watch event after handling.
+    pub fn processed(&self, event: WatchEventType, resource_type: &str, result: Processed) {
         self.events_processed
             .get_or_create(&ProcessedLabels {
-                event_type: event_type.into(),
+                event_type: event.label().into(),
                 resource_type: resource_type.into(),
-                result: result.into(),
+                result: result.label().into(),
             })
             .inc();
     }
@@ -349,10 +408,10 @@ mod tests {
         let mut registry = Registry::default();
         let m = Metrics::new(&mut registry, true);
         m.reload_done("ns", "Deployment", true, 0.01);
-        m.skip("no_data_change");
-        m.event("update", "configmaps");
+        m.skip(Skip::NoDataChange);
+        m.event(WatchEventType::Update, "configmaps");
         m.error("reload");
-        m.processed("update", "configmaps", "queued");
+        m.processed(WatchEventType::Update, "configmaps", Processed::Queued);
         m.scanned("Deployment");
         m.reconciled(0.0001);
         let out = exposition::encode(&registry, exposition::Format::Classic).unwrap();

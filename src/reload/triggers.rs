@@ -12,7 +12,7 @@ use super::queue::{Pushed, Queue};
 use crate::config::scope::ScopeFilter;
 use crate::core::refs::ResourceRef;
 use crate::index::{Index, WorkloadKey};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Skip};
 
 pub struct Triggers {
     index: Arc<Index>,
@@ -63,7 +63,7 @@ impl Triggers {
         for w in workloads {
             self.metrics.scanned(w.kind.name());
             if !self.scope.covers(w.kind, &w.namespace) {
-                self.metrics.skip("ignored_or_not_selected");
+                self.metrics.skip(Skip::IgnoredOrNotSelected);
                 continue;
             }
             self.metrics.matched(w.kind.name());

@@ -43,7 +43,7 @@ use crate::core::refs::ResourceRef;
 use crate::core::skeleton;
 use crate::core::WorkloadKind;
 use crate::index::{Index, ResourceKey, WorkloadEntry, WorkloadKey};
-use crate::metrics::{Metrics, ReasonLabels};
+use crate::metrics::{Metrics, ReasonLabels, Skip};
 use crate::outbound::alert::{reload_message, Alerter};
 use crate::reload::lease::Leadership;
 use crate::retry;
@@ -279,7 +279,7 @@ impl Writer {
                 return Finished::Reloaded;
             }
             Ok(Outcome::NothingToDo) => {
-                self.metrics.skip("strategy_not_updated");
+                self.metrics.skip(Skip::StrategyNotUpdated);
                 return Finished::Settled;
             }
             Ok(Outcome::Gone) => return Finished::Settled,

@@ -17,6 +17,7 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
 use super::Ctx;
+use crate::core::{ResourceKind, WorkloadKind};
 use crate::metrics::WatchLabels;
 
 /// What one watch does with the objects it sees.
@@ -38,10 +39,62 @@ pub trait Handler<K>: Send {
     fn known(&self, ctx: &Ctx) -> Vec<Self::Key>;
 }
 
-/// Identifies a watch in logs, readiness (`name`) and `rekindle_watch_restarts_total` (`resource`).
-pub struct WatchName {
-    pub name: String,
-    pub resource: String,
+/// What a watch watches, in one namespace or all. Its name (`configmaps/team-a`, `Deployment/*`)
+/// identifies it in logs, readiness and supervision; [`Watched::resource`] labels
+/// `rekindle_watch_restarts_total`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WatchId {
+    pub watched: Watched,
+    /// `None`: every namespace.
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Watched {
+    /// The Namespaces of `--namespace-selector` (always cluster-wide).
+    Namespaces,
+    /// ConfigMaps or Secrets.
+    Resources(ResourceKind),
+    Workloads(WorkloadKind),
+    /// The CSI driver's SecretProviderClassPodStatuses.
+    ClassPodStatuses,
+    /// SecretProviderClasses (their annotations).
+    Classes,
+}
+
+impl Watched {
+    /// In one namespace, or all.
+    pub fn in_namespace(self, namespace: Option<&str>) -> WatchId {
+        WatchId {
+            watched: self,
+            namespace: namespace.map(String::from),
+        }
+    }
+
+    /// The metric label: the API's plural, or the workload kind in lower case.
+    pub fn resource(self) -> String {
+        match self {
+            Watched::Namespaces => "namespaces".into(),
+            Watched::Resources(ResourceKind::ConfigMap) => "configmaps".into(),
+            Watched::Resources(ResourceKind::Secret) => "secrets".into(),
+            Watched::Resources(ResourceKind::SecretProviderClass) | Watched::Classes => {
+                "secretproviderclasses".into()
+            }
+            Watched::ClassPodStatuses => "secretproviderclasspodstatuses".into(),
+            Watched::Workloads(kind) => kind.name().to_ascii_lowercase(),
+        }
+    }
+}
+
+impl std::fmt::Display for WatchId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.watched {
+            Watched::Namespaces => return f.write_str("namespaces"),
+            Watched::Workloads(kind) => kind.name().to_string(),
+            other => other.resource(),
+        };
+        write!(f, "{what}/{}", self.namespace.as_deref().unwrap_or("*"))
+    }
 }
 
 /// Whether a stream is the first of its watch (its first list triggers nothing) or takes over from one
@@ -53,13 +106,8 @@ pub enum History {
 }
 
 /// Watches with kube's watcher.
-pub async fn run<K, H>(
-    api: Api<K>,
-    config: watcher::Config,
-    id: WatchName,
-    handler: H,
-    ctx: Arc<Ctx>,
-) where
+pub async fn run<K, H>(api: Api<K>, config: watcher::Config, id: WatchId, handler: H, ctx: Arc<Ctx>)
+where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     H: Handler<K>,
 {
@@ -70,7 +118,7 @@ pub async fn run<K, H>(
 /// when the stream ends, saying whether the watch has synced by then.
 pub async fn drive<K, H, E>(
     events: impl Stream<Item = Result<WatchEvent<K>, E>> + Send,
-    id: WatchName,
+    id: WatchId,
     mut handler: H,
     ctx: Arc<Ctx>,
     history: History,
@@ -86,7 +134,7 @@ where
         .metrics
         .watch_restarts
         .get_or_create(&WatchLabels {
-            resource: id.resource.clone(),
+            resource: id.watched.resource(),
         })
         .clone();
     while let Some(event) = stream.next().await {
@@ -94,7 +142,7 @@ where
             Ok(e) => e,
             Err(e) => {
                 restarts.inc();
-                tracing::warn!(watch = %id.name, error = %e, "watch failed; retrying with backoff");
+                tracing::warn!(watch = %id, error = %e, "watch failed; retrying with backoff");
                 continue;
             }
         };
@@ -115,8 +163,8 @@ where
                 seen.clear();
                 if first_sync {
                     first_sync = false;
-                    tracing::info!(watch = %id.name, "synced");
-                    ctx.ready.synced(&id.name);
+                    tracing::info!(watch = %id, "synced");
+                    ctx.ready.synced(&id.to_string());
                 }
             }
             WatchEvent::Apply(obj) => handler.apply(&ctx, obj, true),
@@ -188,11 +236,36 @@ mod tests {
         events
     }
 
-    fn id() -> WatchName {
-        WatchName {
-            name: "things/*".into(),
-            resource: "things".into(),
-        }
+    /// Names as logs, readiness and supervision know them; labels as the restart metric has them.
+    #[test]
+    fn watch_names_and_labels() {
+        let names: Vec<(String, String)> = [
+            Watched::Resources(ResourceKind::ConfigMap).in_namespace(None),
+            Watched::Resources(ResourceKind::Secret).in_namespace(Some("team-a")),
+            Watched::Workloads(WorkloadKind::Deployment).in_namespace(None),
+            Watched::Namespaces.in_namespace(None),
+            Watched::ClassPodStatuses.in_namespace(Some("a")),
+            Watched::Classes.in_namespace(None),
+        ]
+        .iter()
+        .map(|id| (id.to_string(), id.watched.resource()))
+        .collect();
+        let expected = [
+            ("configmaps/*", "configmaps"),
+            ("secrets/team-a", "secrets"),
+            ("Deployment/*", "deployment"),
+            ("namespaces", "namespaces"),
+            (
+                "secretproviderclasspodstatuses/a",
+                "secretproviderclasspodstatuses",
+            ),
+            ("secretproviderclasses/*", "secretproviderclasses"),
+        ];
+        assert_eq!(names, expected.map(|(n, r)| (n.to_string(), r.to_string())));
+    }
+
+    fn id() -> WatchId {
+        Watched::Resources(ResourceKind::ConfigMap).in_namespace(None)
     }
 
     /// A watch that goes on in another stream (the Secrets' protobuf stream ending, JSON taking over)

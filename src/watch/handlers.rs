@@ -12,20 +12,17 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use super::driver::{self, Handler, History, WatchName};
+use super::driver::{self, Handler, History, Watched};
 use super::{wait_for_api, Changed, Ctx, Sink, WatchPart};
 use crate::core::kinds::csi;
 use crate::core::plan::PlanConfig;
 use crate::core::policy::ResourceFlags;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
+use crate::metrics::{Processed, Skip, WatchEventType};
 
 fn flags_of<K: Resource>(plan: &PlanConfig, obj: &K) -> ResourceFlags {
     ResourceFlags::from_annotations(&plan.policy.keys, obj.annotations())
-}
-
-fn watch_name(what: &str, namespace: Option<&str>) -> String {
-    format!("{what}/{}", namespace.unwrap_or("*"))
 }
 
 fn dynamic_api(
@@ -72,16 +69,22 @@ fn upsert(
         return;
     };
     let created = update.previous.is_none();
-    let event_type = if created { "add" } else { "update" };
+    let event_type = if created {
+        WatchEventType::Add
+    } else {
+        WatchEventType::Update
+    };
     ctx.metrics.event(event_type, label);
     if update.previous.is_some_and(|p| *p.hash == *hash) {
         // Labels, annotations or metadata only: nothing a pod sees has changed.
-        ctx.metrics.skip("no_data_change");
-        ctx.metrics.processed(event_type, label, "no_data_change");
+        ctx.metrics.skip(Skip::NoDataChange);
+        ctx.metrics
+            .processed(event_type, label, Processed::NoDataChange);
         return;
     }
     if created && !ctx.plan.reload_on_create {
-        ctx.metrics.processed(event_type, label, "event_disabled");
+        ctx.metrics
+            .processed(event_type, label, Processed::EventDisabled);
         return;
     }
     let result = ctx.triggered(
@@ -101,9 +104,10 @@ fn upsert(
 fn remove(ctx: &Ctx, key: &ResourceKey, label: &str) {
     let observed = Instant::now();
     let update = ctx.index.remove_resource(key);
-    ctx.metrics.event("delete", label);
+    ctx.metrics.event(WatchEventType::Delete, label);
     if !ctx.plan.reload_on_delete {
-        ctx.metrics.processed("delete", label, "event_disabled");
+        ctx.metrics
+            .processed(WatchEventType::Delete, label, Processed::EventDisabled);
         return;
     }
     let hash = crate::core::hash::delete_marker_hash();
@@ -117,7 +121,7 @@ fn remove(ctx: &Ctx, key: &ResourceKey, label: &str) {
             written_at: None,
         },
     );
-    ctx.metrics.processed("delete", label, result);
+    ctx.metrics.processed(WatchEventType::Delete, label, result);
     ctx.metrics.reconciled(observed.elapsed().as_secs_f64());
 }
 
@@ -177,10 +181,7 @@ pub async fn resources<K>(
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    let id = WatchName {
-        name: watch_name(label, namespace.as_deref()),
-        resource: label.into(),
-    };
+    let id = Watched::Resources(kind).in_namespace(namespace.as_deref());
     let handler = Resources {
         kind,
         label,
@@ -199,10 +200,7 @@ pub async fn secrets(
     namespace: Option<String>,
     ctx: Arc<Ctx>,
 ) {
-    let id = || WatchName {
-        name: watch_name("secrets", namespace.as_deref()),
-        resource: "secrets".into(),
-    };
+    let id = || Watched::Resources(ResourceKind::Secret).in_namespace(namespace.as_deref());
     let handler = || Resources {
         kind: ResourceKind::Secret,
         label: "secrets",
@@ -219,7 +217,7 @@ pub async fn secrets(
         );
         history = driver::drive(events, id(), handler(), ctx.clone(), history).await;
         tracing::warn!(
-            watch = %id().name,
+            watch = %id(),
             "the apiserver does not serve Secrets in protobuf; watching them in JSON"
         );
     }
@@ -294,10 +292,7 @@ pub async fn workloads(
     ctx: Arc<Ctx>,
 ) {
     let api = dynamic_api(client, namespace.as_deref(), &kind.api_resource());
-    let id = WatchName {
-        name: watch_name(kind.name(), namespace.as_deref()),
-        resource: kind.name().to_ascii_lowercase(),
-    };
+    let id = Watched::Workloads(kind).in_namespace(namespace.as_deref());
     let config = ctx.list_config(watcher::Config::default());
     driver::run(api, config, id, Workloads { kind, namespace }, ctx).await;
 }
@@ -312,10 +307,8 @@ pub async fn optional_workloads(
 ) {
     wait_for_api(&client, &kind.api_resource()).await;
     tracing::info!(kind = %kind, "optional API served; watching it");
-    ctx.ready.expect(
-        &watch_name(kind.name(), namespace.as_deref()),
-        WatchPart::Workloads,
-    );
+    let id = Watched::Workloads(kind).in_namespace(namespace.as_deref());
+    ctx.ready.expect(&id.to_string(), WatchPart::Workloads);
     workloads(client, kind, namespace, ctx).await;
 }
 
@@ -331,7 +324,7 @@ impl Handler<Namespace> for Namespaces {
     }
 
     fn apply(&mut self, ctx: &Ctx, ns: Namespace, _live: bool) {
-        ctx.metrics.event("update", "namespaces");
+        ctx.metrics.event(WatchEventType::Update, "namespaces");
         let labels: BTreeMap<String, String> = ns
             .labels()
             .iter()
@@ -351,10 +344,7 @@ impl Handler<Namespace> for Namespaces {
 
 pub async fn namespaces(client: Client, ctx: Arc<Ctx>) {
     let api: Api<Namespace> = Api::all(client);
-    let id = WatchName {
-        name: "namespaces".into(),
-        resource: "namespaces".into(),
-    };
+    let id = Watched::Namespaces.in_namespace(None);
     let config = ctx.list_config(watcher::Config::default());
     driver::run(api, config, id, Namespaces, ctx).await;
 }
@@ -412,10 +402,7 @@ pub async fn spcps(
     if let Some(l) = &labels {
         config = config.labels(l);
     }
-    let id = WatchName {
-        name: watch_name("secretproviderclasspodstatuses", namespace.as_deref()),
-        resource: "secretproviderclasspodstatuses".into(),
-    };
+    let id = Watched::ClassPodStatuses.in_namespace(namespace.as_deref());
     driver::run(api, config, id, PodStatuses, ctx).await;
 }
 
@@ -453,10 +440,7 @@ pub async fn spcs(client: Client, namespace: Option<String>, ctx: Arc<Ctx>) {
     let ar = csi::secret_provider_classes();
     wait_for_api(&client, &ar).await;
     let api = dynamic_api(client, namespace.as_deref(), &ar);
-    let id = WatchName {
-        name: watch_name("secretproviderclasses", namespace.as_deref()),
-        resource: "secretproviderclasses".into(),
-    };
+    let id = Watched::Classes.in_namespace(namespace.as_deref());
     let config = ctx.list_config(watcher::Config::default());
     driver::run(api, config, id, Classes { namespace }, ctx).await;
 }

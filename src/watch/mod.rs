@@ -15,6 +15,7 @@ use kube::runtime::watcher;
 use kube::Client;
 use tokio::time::Instant;
 
+pub use driver::{WatchId, Watched};
 pub use handlers::{namespaces, optional_workloads, resources, secrets, spcps, spcs, workloads};
 
 use crate::config::scope::ScopeFilter;
@@ -23,7 +24,7 @@ use crate::core::policy::ResourceFlags;
 use crate::core::refs::ResourceRef;
 use crate::core::ResourceKind;
 use crate::index::{Index, ResourceKey, WorkloadKey};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Processed};
 use crate::outbound::notify::Notifier;
 use crate::reload::catch_up::CatchUp;
 use crate::reload::pause::PauseReconciler;
@@ -233,11 +234,11 @@ impl Ctx {
 
     /// Hands the workloads a change triggers to the sink; returns the `result` label of
     /// `reloader_events_processed_total`.
-    fn triggered(&self, dependents: &[WorkloadKey], change: Changed<'_>) -> &'static str {
+    fn triggered(&self, dependents: &[WorkloadKey], change: Changed<'_>) -> Processed {
         match &self.sink {
             Sink::Notify(notifier) => {
                 self.notify(notifier, dependents, &change);
-                "notified"
+                Processed::Notified
             }
             Sink::Reload { triggers, .. } => {
                 if let Some(at) = change.written_at {
@@ -248,7 +249,7 @@ impl Ctx {
                     name: change.key.name.clone(),
                 };
                 triggers.push(dependents, &resource, change.observed);
-                "queued"
+                Processed::Queued
             }
         }
     }
