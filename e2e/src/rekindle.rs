@@ -400,7 +400,8 @@ impl Rekindle {
     }
 
     /// Waits until rekindle has handled `handled` resource events and every reload they queued is
-    /// written or has failed (nothing queued but reloads waiting to be tried again, nothing in flight). A test asserting that a change led to *no* reload
+    /// written, has failed or is deferred (nothing queued but reloads waiting to be tried again or
+    /// for their window, nothing in flight). A test asserting that a change led to *no* reload
     /// waits on this instead of sleeping: once it returns, any reload would already be visible.
     pub async fn settled(&self, handled: f64) -> Result<()> {
         crate::wait_for(
@@ -412,8 +413,9 @@ impl Rekindle {
                     return Ok(None);
                 }
                 let body = self.metrics().await?;
-                let idle = sample(&body, "rekindle_queue_depth ")
-                    == sample(&body, "rekindle_reloads_awaiting_retry ")
+                let waiting = sample(&body, "rekindle_reloads_awaiting_retry ")
+                    + sample(&body, "rekindle_reloads_deferred{reason=\"window\"} ");
+                let idle = sample(&body, "rekindle_queue_depth ") == waiting
                     && sample(&body, "rekindle_reloads_in_flight ") == 0.0;
                 Ok(idle.then_some(()))
             },

@@ -575,6 +575,106 @@ async fn namespace_selector_takes_effect_without_restart_and_resource_selector_f
     ns.cleanup().await
 }
 
+/// `* HH:MM-HH:MM` (UTC) from `opens` for `minutes`.
+fn daily_window(opens: jiff::Timestamp, minutes: i64) -> String {
+    let closes = opens + jiff::SignedDuration::from_mins(minutes);
+    format!("* {}-{}", opens.strftime("%H:%M"), closes.strftime("%H:%M"))
+}
+
+/// Reload windows: changes outside a workload's window wait for it, with one `ReloadDeferred` Event
+/// and the deferred gauge, and are rolled out once, together, when it opens; `--reload-window` is
+/// the default of workloads without their own.
+#[tokio::test]
+async fn a_reload_outside_its_window_waits_for_the_window_to_open() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-window").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let now = jiff::Timestamp::now();
+    let default = daily_window(now + jiff::SignedDuration::from_hours(3), 60);
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--reload-debounce=0", &format!("--reload-window={default}")],
+            ..Default::default()
+        },
+    )
+    .await?;
+    // Opens at the start of a minute at least 20 s away: time to make and see the deferral first.
+    let mut opens = jiff::Timestamp::from_second((now.as_second() / 60 + 1) * 60)?;
+    if opens.duration_since(now) < jiff::SignedDuration::from_secs(20) {
+        opens += jiff::SignedDuration::from_mins(1);
+    }
+    deployment("soon")
+        .annotations(json!({"reloader.stakater.com/auto": "true",
+            "rekindle.io/reload-window": daily_window(opens, 10)}))
+        .uses_configmap("app-config")
+        .apply(&client, &ns.name)
+        .await?;
+    deployment("later")
+        .auto()
+        .uses_configmap("app-config")
+        .apply(&client, &ns.name)
+        .await?;
+    rk.wait_indexed(2.0).await?;
+    let deferred = "rekindle_reloads_deferred{reason=\"window\"}";
+    let handled = rk.handled().await?;
+    for v in ["1", "2"] {
+        change_cm(&client, &ns.name, "app-config", v).await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    rk.settled(handled + 2.0).await?;
+    assert_eq!(rk.metric(deferred).await?, 2.0, "both wait");
+    let deployments = deployments_api(&client, &ns.name).await?;
+    for name in ["soon", "later"] {
+        assert_eq!(
+            generation(&get_json(&deployments, name).await?),
+            1,
+            "{name} untouched"
+        );
+    }
+    assert!(
+        jiff::Timestamp::now() < opens,
+        "the deferral was seen before the window opened"
+    );
+
+    wait_for(
+        "soon's window to open and the reload",
+        Duration::from_secs(120),
+        || async {
+            let soon = get_json(&deployments, "soon").await?;
+            Ok((generation(&soon) > 1).then_some(()))
+        },
+    )
+    .await?;
+    assert!(
+        jiff::Timestamp::now() >= opens,
+        "not before the window opened"
+    );
+    rk.settled(handled + 2.0).await?;
+    assert_eq!(rk.metric(deferred).await?, 1.0, "later still waits");
+    assert_eq!(
+        generation(&get_json(&deployments, "soon").await?),
+        2,
+        "one rollout for both changes"
+    );
+    assert_eq!(generation(&get_json(&deployments, "later").await?), 1);
+    let events = Api::<Event>::namespaced(client.clone(), &ns.name)
+        .list(&ListParams::default().fields("reason=ReloadDeferred"))
+        .await?;
+    for name in ["soon", "later"] {
+        let of: Vec<&Event> = events
+            .items
+            .iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
+            .collect();
+        assert_eq!(of.len(), 1, "{name}: {of:?}");
+        assert!(of[0].count.unwrap_or(1) <= 1, "{name}: posted once: {of:?}");
+    }
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
 #[tokio::test]
 async fn min_reload_interval_merges_changes_into_one_reload() -> Result<()> {
     let client = admin_client().await?;

@@ -566,6 +566,7 @@ fn writer(
         config.max_concurrent_reloads,
         leadership.clone(),
     );
+    writer.default_window = config.reload_window.clone();
     if let Some(alerts) = config.alerts.clone() {
         tracing::info!(sink = ?alerts.sink, "alerts after reloads on");
         writer.alerter = Some(Alerter::start(alerts, metrics.clone())?);

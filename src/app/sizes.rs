@@ -7,9 +7,9 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 
 use crate::index::Index;
-use crate::metrics::process::encode_gauges;
+use crate::metrics::process::{encode_gauges, encode_labelled_gauges};
 use crate::reload::lease::Leadership;
-use crate::reload::queue::Queue;
+use crate::reload::queue::{Deferred, Queue};
 
 pub struct SizesCollector {
     pub index: Arc<Index>,
@@ -76,7 +76,16 @@ impl Collector for SizesCollector {
                 crate::reload::writer::stalled_for(&self.queue, &self.leadership).as_secs() as i64,
             ),
         ];
-        encode_gauges(&mut encoder, series)
+        encode_gauges(&mut encoder, series)?;
+        let deferred =
+            Deferred::ALL.map(|reason| (reason.label(), self.queue.deferred(reason) as i64));
+        encode_labelled_gauges(
+            &mut encoder,
+            "rekindle_reloads_deferred",
+            "Workloads owed a reload that waits, by reason (window: outside its reload window)",
+            "reason",
+            deferred,
+        )
     }
 }
 

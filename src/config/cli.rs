@@ -12,6 +12,7 @@ use super::selector::Selector;
 use crate::core::duration::parse_go_duration;
 use crate::core::plan::{CronJobStrategy, PlanConfig, Strategy};
 use crate::core::policy::{AnnotationKeys, PolicyConfig};
+use crate::core::window::{WindowError, Windows};
 use crate::core::WorkloadKind;
 use crate::outbound::alert::AlertConfig;
 pub use crate::server::tls::TlsVersion;
@@ -243,6 +244,10 @@ pub struct ServerArgs {
     /// How often every workload's markers are compared with the current hashes.
     #[arg(long, default_value = "10m", value_parser = go_duration)]
     pub consistency_interval: Duration,
+    /// When reloads may start, for workloads without a `rekindle.io/reload-window` annotation: one or
+    /// more `DAYS HH:MM-HH:MM [ZONE]` separated by `;` (unset: always).
+    #[arg(long, value_parser = reload_window)]
+    pub reload_window: Option<Windows>,
     /// Admission webhook (TLS) listen address.
     #[arg(long, default_value = ":9443", value_parser = listen_addr)]
     pub webhook_addr: SocketAddr,
@@ -317,6 +322,8 @@ pub struct Config {
     pub min_reload_interval: Duration,
     pub max_concurrent_reloads: usize,
     pub consistency_interval: Duration,
+    /// `None`: reloads start whenever they are owed.
+    pub reload_window: Option<Windows>,
     pub webhook_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub tls_cert_file: Option<PathBuf>,
@@ -395,6 +402,11 @@ fn lease_name(value: &str) -> Result<String, String> {
     } else {
         Err("not a valid object name (lower case letters, digits, '-' and '.')".into())
     }
+}
+
+/// Reload windows (see `core::window`).
+fn reload_window(value: &str) -> Result<Windows, String> {
+    value.parse().map_err(|e: WindowError| e.to_string())
 }
 
 /// A Go duration (`1m30s`, `250ms`), as Reloader's flags take them.
@@ -565,6 +577,7 @@ impl Config {
             min_reload_interval: args.min_reload_interval,
             max_concurrent_reloads: args.max_concurrent_reloads,
             consistency_interval: args.consistency_interval,
+            reload_window: args.reload_window.clone(),
             webhook_addr: args.webhook_addr,
             admin_addr: args.admin_addr,
             tls_cert_file: args.tls_cert_file.clone(),

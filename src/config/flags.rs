@@ -141,6 +141,7 @@ pub const FLAGS: &[(&str, Chart)] = &[
         "consistency-interval",
         Chart::Value("rekindle.consistencyInterval"),
     ),
+    ("reload-window", Chart::Value("rekindle.reloadWindow")),
     ("webhook-addr", Chart::Port("webhook.port")),
     ("admin-addr", Chart::Port("metrics.port")),
     ("tls-cert-file", Chart::Derived),

@@ -15,6 +15,7 @@ pub mod plan;
 pub mod policy;
 pub mod refs;
 pub mod skeleton;
+pub mod window;
 
 pub use kinds::{ResourceKind, WorkloadKind};
 

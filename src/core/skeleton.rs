@@ -2,9 +2,9 @@
 //! rendering read, so the writer can plan a reload from the index instead of reading the workload
 //! again (one PATCH per reload, no GET).
 //!
-//! Kept: the uid, the reload annotations (metadata and pod template) and the markers, CronJob's
-//! `suspend`, and in the pod spec the volumes, env entries and mounts that name a ConfigMap, Secret or
-//! SecretProviderClass, plus the marker env vars. Every container stays (pruned) so container indexes
+//! Kept: the uid, the reload annotations (metadata and pod template), the markers and the reload
+//! window, CronJob's `suspend`, and in the pod spec the volumes, env entries and mounts that name a
+//! ConfigMap, Secret or SecretProviderClass, plus the marker env vars. Every container stays (pruned) so container indexes
 //! are the live object's. A unit test checks that planning and rendering on the skeleton give what
 //! they give on the full object.
 
@@ -14,6 +14,7 @@ use super::envname::ENV_PREFIX;
 use super::plan::PlanConfig;
 use super::policy::{AnnotationKeys, CONFIG_HASHES_ANNOTATION, LAST_RELOADED_FROM_ANNOTATION};
 use super::refs;
+use super::window::RELOAD_WINDOW_ANNOTATION;
 use super::WorkloadKind;
 
 /// The skeleton of a workload object.
@@ -77,7 +78,7 @@ fn json_object(key: &str, value: Value) -> Value {
     Value::Object(m)
 }
 
-/// The annotations planning reads: the reload keys and the markers.
+/// The annotations planning reads: the reload keys, the markers and the reload window.
 fn annotations(keys: &AnnotationKeys, annotations: Option<&Value>) -> Option<Value> {
     let kept: Map<String, Value> = annotations?
         .as_object()?
@@ -86,6 +87,7 @@ fn annotations(keys: &AnnotationKeys, annotations: Option<&Value>) -> Option<Val
             k.as_str() == CONFIG_HASHES_ANNOTATION
                 || k.as_str() == LAST_RELOADED_FROM_ANNOTATION
                 || k.as_str() == keys.paused_at
+                || k.as_str() == RELOAD_WINDOW_ANNOTATION
                 || keys.is_workload_key(k)
         })
         .map(|(k, v)| (k.clone(), v.clone()))

@@ -6,6 +6,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 
 /// What one scrape reads; `None` where /proc does not say (then the series is left out).
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -138,6 +139,23 @@ where
         let gauge = ConstGauge::new(value);
         let m = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
         gauge.encode(m)?;
+    }
+    Ok(())
+}
+
+/// One gauge family with one label, a series per value.
+pub fn encode_labelled_gauges<'a>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: &'a str,
+    series: impl IntoIterator<Item = (&'a str, i64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (value, n) in series {
+        let labels = [(label, value)];
+        let m = family.encode_family(&labels)?;
+        ConstGauge::new(n).encode(m)?;
     }
     Ok(())
 }

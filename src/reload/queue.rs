@@ -30,6 +30,25 @@ pub struct Pending {
     pub causes: BTreeMap<ResourceRef, Instant>,
     /// Reloads of these changes that failed every attempt so far (each waits longer before the next).
     pub failures: u32,
+    /// Why the reload waits though owed, once the writer has deferred it (its Event is posted once).
+    pub deferred: Option<Deferred>,
+}
+
+/// Why an owed reload waits (`rekindle_reloads_deferred{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deferred {
+    /// Outside the workload's reload window.
+    Window,
+}
+
+impl Deferred {
+    pub const ALL: [Deferred; 1] = [Deferred::Window];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Deferred::Window => "window",
+        }
+    }
 }
 
 /// How the writer finished a workload it took.
@@ -179,6 +198,7 @@ impl Queue {
             due: now,
             causes: BTreeMap::new(),
             failures: 0,
+            deferred: None,
         });
         entry.causes.entry(resource).or_insert(observed);
         let mut due = if lone && pushed == Pushed::New && !busy {
@@ -205,6 +225,15 @@ impl Queue {
             .pending
             .values()
             .filter(|p| p.failures > 0)
+            .count()
+    }
+
+    /// Queued workloads the writer deferred for `reason`.
+    pub fn deferred(&self, reason: Deferred) -> usize {
+        self.lock()
+            .pending
+            .values()
+            .filter(|p| p.deferred == Some(reason))
             .count()
     }
 
@@ -291,6 +320,7 @@ impl Queue {
                     Some(entry) => {
                         entry.first = entry.first.min(back.first);
                         entry.failures = back.failures;
+                        entry.deferred = entry.deferred.or(back.deferred);
                         for (r, observed) in back.causes {
                             let first_seen = entry.causes.entry(r).or_insert(observed);
                             *first_seen = (*first_seen).min(observed);

@@ -16,6 +16,7 @@
 //! creating a Job are read too (the Job is made from the whole template). No LIST is ever made.
 
 use std::collections::HashSet;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -33,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::error::WriteError;
-use super::queue::{Finished, Pending, Queue};
+use super::queue::{Deferred, Finished, Pending, Queue};
 use crate::core::job::{job_from_cronjob, strip_job};
 use crate::core::patch::{self, MarkerChange, Place};
 use crate::core::pause::{pause_ops, PauseDecision};
@@ -41,6 +42,7 @@ use crate::core::plan::{self, Action, Change, Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
 use crate::core::refs::ResourceRef;
 use crate::core::skeleton;
+use crate::core::window::{self, Windows};
 use crate::core::WorkloadKind;
 use crate::index::{Index, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{Metrics, ReasonLabels, Skip};
@@ -84,6 +86,8 @@ pub struct Writer {
     pub leadership: Leadership,
     /// Alerts after each reload (`ALERT_ON_RELOAD`).
     pub alerter: Option<Arc<Alerter>>,
+    /// `--reload-window`: when reloads of workloads without their own window may start.
+    pub default_window: Option<Windows>,
     /// (workload, annotation value) pairs already reported as invalid: one Warning Event each.
     warned: Mutex<HashSet<(WorkloadKey, String)>>,
 }
@@ -146,6 +150,7 @@ impl Writer {
             slots: Arc::new(Semaphore::new(max_concurrent)),
             leadership,
             alerter: None,
+            default_window: None,
             warned: Mutex::default(),
         }
     }
@@ -211,6 +216,10 @@ impl Writer {
         pending: Pending,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Finished {
+        let pending = match self.outside_window(key, pending).await {
+            ControlFlow::Continue(pending) => pending,
+            ControlFlow::Break(deferred) => return deferred,
+        };
         let started = Instant::now();
         let first_permit = Mutex::new(permit);
         let api: Api<DynamicObject> = Api::namespaced_with(
@@ -313,6 +322,76 @@ impl Writer {
         )
         .await;
         finished
+    }
+
+    /// A reload owed outside the workload's reload window waits until the window opens; its
+    /// `ReloadDeferred` Event is posted once, when it starts waiting.
+    async fn outside_window(
+        &self,
+        key: &WorkloadKey,
+        mut pending: Pending,
+    ) -> ControlFlow<Finished, Pending> {
+        let Some((windows, uid)) = self.window_of(key).await else {
+            return ControlFlow::Continue(pending);
+        };
+        let now = jiff::Timestamp::now();
+        let Some(opens) = windows.opens_at(now) else {
+            return ControlFlow::Continue(pending);
+        };
+        // At least a second, so a clock a hair behind never wakes it into the same answer in a loop.
+        let after = Duration::try_from(opens.duration_since(now))
+            .unwrap_or_default()
+            .max(Duration::from_secs(1));
+        if pending.deferred.is_none() {
+            tracing::info!(%opens, window = %windows, "outside the reload window; deferred");
+            let note = format!(
+                "Reload of {} '{}' deferred until {opens}: outside its reload window {windows}",
+                key.kind, key.name
+            );
+            self.publish(
+                key,
+                uid.as_deref(),
+                EventType::Normal,
+                "ReloadDeferred",
+                note,
+            )
+            .await;
+        }
+        pending.deferred = Some(Deferred::Window);
+        ControlFlow::Break(Finished::RequeueAfter { pending, after })
+    }
+
+    /// The workload's reload window (`core::window::window_of`) and uid; an invalid annotation is
+    /// reported once.
+    async fn window_of(&self, key: &WorkloadKey) -> Option<(Windows, Option<String>)> {
+        let skeleton = self.index.skeleton(key).map(|(s, _)| s);
+        let uid = skeleton
+            .as_ref()
+            .and_then(|s| s.pointer("/metadata/uid"))
+            .and_then(Value::as_str)
+            .map(String::from);
+        let annotations = skeleton
+            .as_ref()
+            .and_then(|s| s.pointer("/metadata/annotations"));
+        match window::window_of(annotations, self.default_window.as_ref()) {
+            Ok(windows) => windows.map(|w| (w, uid)),
+            Err(e) => {
+                let value = annotations
+                    .and_then(|a| a.get(window::RELOAD_WINDOW_ANNOTATION))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let note = format!("{e}; reloading without a window");
+                self.warn_invalid(
+                    key,
+                    uid.as_deref(),
+                    window::RELOAD_WINDOW_ANNOTATION,
+                    value,
+                    note,
+                )
+                .await;
+                None
+            }
+        }
     }
 
     async fn attempt(
@@ -433,14 +512,12 @@ impl Writer {
             };
             let p = plan::plan(&self.plan, &planned.working, key.kind, &change, now);
             for invalid in &p.decision.invalid_patterns {
-                self.warn_invalid(
-                    key,
-                    uid,
-                    &invalid.annotation,
-                    &invalid.pattern,
-                    &invalid.error,
-                )
-                .await;
+                let note = format!(
+                    "Invalid pattern {:?} in annotation {} skipped: {}",
+                    invalid.pattern, invalid.annotation, invalid.error
+                );
+                self.warn_invalid(key, uid, &invalid.annotation, &invalid.pattern, note)
+                    .await;
             }
             if p.changes.is_empty() {
                 continue;
@@ -737,13 +814,14 @@ impl Writer {
             })
     }
 
+    /// One Warning Event `InvalidAnnotation` per workload and annotation value.
     async fn warn_invalid(
         &self,
         key: &WorkloadKey,
         uid: Option<&str>,
         annotation: &str,
-        pattern: &str,
-        error: &str,
+        value: &str,
+        note: String,
     ) {
         let first = {
             let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
@@ -751,15 +829,13 @@ impl Writer {
             if warned.len() >= WARNED_PRUNE_AT {
                 warned.retain(|(w, _)| self.index.workload(w).is_some());
             }
-            warned.insert((key.clone(), format!("{annotation}={pattern}")))
+            warned.insert((key.clone(), format!("{annotation}={value}")))
         };
         if !first {
             return;
         }
         self.metrics.invalid_annotations.inc();
-        let note =
-            format!("Invalid pattern {pattern:?} in annotation {annotation} skipped: {error}");
-        tracing::warn!(workload = %key, %annotation, %pattern, "invalid reload pattern");
+        tracing::warn!(workload = %key, %annotation, %value, "invalid annotation");
         self.publish(key, uid, EventType::Warning, "InvalidAnnotation", note)
             .await;
     }

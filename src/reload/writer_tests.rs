@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper::Method;
 use kube::runtime::events::{Recorder, Reporter};
@@ -17,7 +18,7 @@ use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::mock_api::{serve, status, ApiServer, Seen};
 use crate::reload::lease::Leadership;
-use crate::reload::queue::{retry_delay, Finished, Pending, Queue, QueueConfig};
+use crate::reload::queue::{retry_delay, Deferred, Finished, Pending, Queue, QueueConfig};
 
 fn deployment(rv: &str) -> Value {
     json!({
@@ -96,6 +97,7 @@ fn fixture(
     let now = Instant::now();
     let pending = Pending {
         failures: 0,
+        deferred: None,
         first: now,
         due: now,
         causes: BTreeMap::from([(
@@ -431,4 +433,84 @@ async fn a_crd_kind_is_read_patched_on_its_version_and_retried_after_a_conflict(
             .get(),
         1
     );
+}
+
+/// A window `from..to` hours from now, in UTC, every day.
+fn window_from_now(from_hours: i64, to_hours: i64) -> String {
+    let at = |h: i64| {
+        let t = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(h);
+        t.strftime("%H:%M").to_string()
+    };
+    format!("* {}-{}", at(from_hours), at(to_hours))
+}
+
+fn deployment_with_window(window: &str) -> Value {
+    let mut d = deployment("7");
+    d["metadata"]["annotations"]["rekindle.io/reload-window"] = json!(window);
+    d
+}
+
+/// Outside its window a reload is not written: it waits until the window opens, counted as deferred
+/// with one ReloadDeferred Event however often it is looked at meanwhile.
+#[tokio::test]
+async fn a_reload_outside_the_window_waits_for_it_with_one_event() {
+    let window = window_from_now(2, 3);
+    let (f, key, pending) = fixture(
+        WorkloadKind::Deployment,
+        "web",
+        &deployment_with_window(&window),
+        |_| (200, deployment("8")),
+    );
+    let finished = f.writer.reconcile(&key, pending, None).await;
+    let Finished::RequeueAfter { pending, after } = finished else {
+        panic!("{finished:?}")
+    };
+    assert_eq!(pending.deferred, Some(Deferred::Window));
+    assert_eq!(pending.failures, 0, "waiting is not failing");
+    let two_hours = Duration::from_secs(7200);
+    assert!(
+        after <= two_hours && after > two_hours - Duration::from_secs(61),
+        "due when the window opens, not {after:?}"
+    );
+    let again = f.writer.reconcile(&key, pending, None).await;
+    assert!(matches!(again, Finished::RequeueAfter { .. }), "{again:?}");
+    let server = f.finish().await;
+    assert!(
+        server.requests.is_empty(),
+        "nothing written: {:?}",
+        summary(&server)
+    );
+    assert_eq!(server.events.len(), 1, "{:?}", server.events);
+    assert_eq!(server.events[0]["reason"], "ReloadDeferred");
+    let note = server.events[0]["note"].as_str().unwrap_or_default();
+    assert!(note.contains(&window), "{note}");
+}
+
+/// Inside its window a reload is written at once; an invalid window is reported and ignored, never
+/// taken as a window that does not open.
+#[tokio::test]
+async fn inside_the_window_or_with_an_invalid_one_the_reload_is_written() {
+    for (window, events) in [
+        (window_from_now(-1, 1), vec!["Reloaded"]),
+        (
+            "Mon-Fri 9-17".to_string(),
+            vec!["InvalidAnnotation", "Reloaded"],
+        ),
+    ] {
+        let (f, key, pending) = fixture(
+            WorkloadKind::Deployment,
+            "web",
+            &deployment_with_window(&window),
+            |_| (200, deployment("8")),
+        );
+        assert!(f.writer.reload(&key, &pending).await, "{window}");
+        let server = f.finish().await;
+        assert_eq!(summary(&server), [("PATCH".into(), DEPLOYMENT.into())]);
+        let reasons: Vec<&str> = server
+            .events
+            .iter()
+            .filter_map(|e| e["reason"].as_str())
+            .collect();
+        assert_eq!(reasons, events, "{window}");
+    }
 }

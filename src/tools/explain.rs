@@ -9,6 +9,7 @@ use crate::config::{EventArg, Output};
 use crate::core::patch;
 use crate::core::plan::{self, Change, Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
+use crate::core::window::{window_of, Windows};
 use crate::core::WorkloadKind;
 
 use super::{hash_document, meta_str, read_documents};
@@ -24,9 +25,11 @@ fn single(path: &Path, what: &str) -> Result<Value> {
     }
 }
 
-/// Builds the explanation object of `rekindle explain -o json`.
+/// Builds the explanation object of `rekindle explain -o json`. `default_window` is
+/// `--reload-window`.
 pub fn explain(
     cfg: &PlanConfig,
+    default_window: Option<&Windows>,
     workload: &Value,
     changed: &Value,
     event: EventArg,
@@ -63,6 +66,16 @@ pub fn explain(
     } else {
         serde_json::to_value(patch::render(workload, kind, &p.changes)?)?
     };
+    let annotations = workload.pointer("/metadata/annotations");
+    let window = match window_of(annotations, default_window) {
+        Ok(None) => Value::Null,
+        Ok(Some(w)) => {
+            let at = jiff::Timestamp::from_second(now).unwrap_or_default();
+            let opens = w.opens_at(at);
+            json!({"value": w.to_string(), "open": opens.is_none(), "opensAt": opens.map(|t| t.to_string())})
+        }
+        Err(e) => json!({"error": e.to_string()}),
+    };
     Ok(json!({
         "workload": {"kind": kind_name, "namespace": meta_str(workload, "namespace"), "name": meta_str(workload, "name")},
         "resource": {"kind": res.resource_kind.kind_name(), "namespace": res.namespace, "name": res.resource_name, "hash": res.hash},
@@ -71,12 +84,14 @@ pub fn explain(
         "action": p.action,
         "container": p.container.map(|c| c.name),
         "patch": patch,
+        "window": window,
         "invalidPatterns": p.decision.invalid_patterns.iter().map(|i| json!({"annotation": i.annotation, "pattern": i.pattern, "error": i.error})).collect::<Vec<_>>(),
     }))
 }
 
 pub fn run_explain(
     cfg: &PlanConfig,
+    default_window: Option<&Windows>,
     workload: &Path,
     changed: &Path,
     event: EventArg,
@@ -88,7 +103,7 @@ pub fn run_explain(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
-    let e = explain(cfg, &w, &c, event, now)?;
+    let e = explain(cfg, default_window, &w, &c, event, now)?;
     match output {
         Output::Json => println!("{e}"),
         Output::Text => {
@@ -115,6 +130,18 @@ pub fn run_explain(
             println!("action:    {}", e["action"].as_str().unwrap_or(""));
             if let Some(c) = e["container"].as_str() {
                 println!("container: {c}");
+            }
+            let window = &e["window"];
+            if let Some(error) = window["error"].as_str() {
+                println!("warning:   {error}");
+            } else if let Some(value) = window["value"].as_str() {
+                match window["opensAt"].as_str() {
+                    Some(at) if e["reload"] == true => {
+                        println!("window:    closed ({value}): deferred until {at}")
+                    }
+                    Some(at) => println!("window:    closed ({value}), opens {at}"),
+                    None => println!("window:    open ({value})"),
+                }
             }
             for i in e["invalidPatterns"].as_array().into_iter().flatten() {
                 println!(
@@ -143,7 +170,8 @@ mod tests {
             "metadata": {"name": "d", "namespace": "ns", "annotations": {"reloader.stakater.com/auto": "true"}},
             "spec": {"template": {"spec": {"containers": [{"name": "app", "envFrom": [{"configMapRef": {"name": "c"}}]}]}}}});
         let cm = json!({"kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "1"}});
-        let e = explain(&cfg, &workload, &cm, EventArg::Update, 0).unwrap();
+        let e = explain(&cfg, None, &workload, &cm, EventArg::Update, 0).unwrap();
+        assert!(e["window"].is_null(), "no window: reloads start at once");
         assert_eq!(e["reload"], true);
         assert_eq!(e["reason"], "auto");
         assert_eq!(e["action"], "patch");
@@ -151,9 +179,38 @@ mod tests {
         let ops: json_patch::Patch = serde_json::from_value(e["patch"].clone()).unwrap();
         let mut after = workload.clone();
         json_patch::patch(&mut after, &ops).unwrap();
-        let again = explain(&cfg, &after, &cm, EventArg::Update, 0).unwrap();
+        let again = explain(&cfg, None, &after, &cm, EventArg::Update, 0).unwrap();
         assert_eq!(again["reload"], false);
         assert_eq!(again["reason"], "already-current");
         assert!(again["patch"].is_null());
+    }
+
+    /// A reload outside the window is explained as deferred until it opens; the workload's own
+    /// window wins over `--reload-window`.
+    #[test]
+    fn explain_reports_the_window_and_when_it_opens() {
+        let cfg = PlanConfig::default();
+        let workload = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "ns", "annotations": {
+                "reloader.stakater.com/auto": "true", "rekindle.io/reload-window": "Sat,Sun 02:00-04:00"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "app", "envFrom": [{"configMapRef": {"name": "c"}}]}]}}}});
+        let cm = json!({"kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "1"}});
+        let default: Windows = "* 00:00-23:59".parse().unwrap();
+        // Wednesday 2026-12-02 12:00 UTC.
+        let wednesday = 1_796_212_800;
+        let e = explain(
+            &cfg,
+            Some(&default),
+            &workload,
+            &cm,
+            EventArg::Update,
+            wednesday,
+        )
+        .unwrap();
+        assert_eq!(e["reload"], true);
+        assert_eq!(
+            e["window"],
+            json!({"value": "Sat,Sun 02:00-04:00", "open": false, "opensAt": "2026-12-05T02:00:00Z"})
+        );
     }
 }

@@ -164,6 +164,9 @@ them (alone when no list is given), as in Reloader's chart.
 - --min-reload-interval={{ $r.minReloadInterval }}
 - --max-concurrent-reloads={{ $r.maxConcurrentReloads }}
 - --consistency-interval={{ $r.consistencyInterval }}
+{{- if $r.reloadWindow }}
+- --reload-window={{ $r.reloadWindow }}
+{{- end }}
 - --log-level={{ $r.logLevel }}
 {{- if $r.logFormat }}
 - --log-format={{ $r.logFormat }}
