@@ -102,7 +102,9 @@ struct Fault {
 }
 
 struct Ledger {
+    /// When the soak starts, for its schedule (monotonic).
     start: Instant,
+    /// The same moment on the wall clock, which every timestamp of the ledger is measured from.
     started_at: jiff::Timestamp,
     changes: Mutex<Vec<Change>>,
     seen: Mutex<Vec<Seen>>,
@@ -110,14 +112,14 @@ struct Ledger {
 }
 
 impl Ledger {
-    /// Seconds since the start; negative before it (the workloads' first states).
+    /// Seconds since the start on the wall clock; negative before it (the workloads' first
+    /// states). The wall clock, not the monotonic one: the apiserver's audit log, whose writes are
+    /// judged against the faults and Lease writes recorded here, is on it, and the two clocks drift
+    /// apart by seconds over a long soak on a virtual machine.
     fn now(&self) -> f64 {
-        let now = Instant::now();
-        if now >= self.start {
-            (now - self.start).as_secs_f64()
-        } else {
-            -(self.start - now).as_secs_f64()
-        }
+        jiff::Timestamp::now()
+            .duration_since(self.started_at)
+            .as_secs_f64()
     }
 }
 
