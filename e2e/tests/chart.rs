@@ -287,7 +287,10 @@ fn rbac_is_least_privilege_and_optional_rules_follow_the_options() -> Result<()>
         "never writes Secrets"
     );
     assert!(!grants(&rules, "apps", "deployments", "delete"));
-    assert!(!grants(&rules, "", "namespaces", "list"));
+    assert!(
+        grants(&rules, "", "namespaces", "watch") && !grants(&rules, "", "namespaces", "patch"),
+        "Namespaces are read, for their default reload window"
+    );
     assert!(!grants(&rules, "argoproj.io", "rollouts", "patch"));
     assert!(!grants(
         &rules,
@@ -320,11 +323,22 @@ fn rbac_is_least_privilege_and_optional_rules_follow_the_options() -> Result<()>
     ));
     assert!(grants(&rules, "", "namespaces", "watch"));
 
-    // --namespaces: Roles in those namespaces, no ClusterRole for the server.
+    // --namespaces: Roles in those namespaces, no ClusterRole for the server but one reading those
+    // Namespace objects themselves (their default reload window).
     let docs = render_with(&["rekindle.namespaces={team-a,team-b}"])?;
-    assert!(of_kind(&docs, "ClusterRole")
-        .iter()
-        .all(|d| name_of(d) != "rekindle"));
+    let cluster_roles: Vec<&Value> = of_kind(&docs, "ClusterRole")
+        .into_iter()
+        .filter(|d| name_of(d) != "rekindle-cleanup")
+        .collect();
+    assert_eq!(
+        cluster_roles.iter().map(|d| name_of(d)).collect::<Vec<_>>(),
+        ["rekindle-namespaces"]
+    );
+    assert_eq!(
+        cluster_roles[0]["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["namespaces"],
+            "resourceNames": ["team-a", "team-b"], "verbs": ["get", "list", "watch"]}])
+    );
     let roles: Vec<&str> = of_kind(&docs, "Role")
         .into_iter()
         .filter(|d| name_of(d) == "rekindle")

@@ -582,8 +582,8 @@ fn daily_window(opens: jiff::Timestamp, minutes: i64) -> String {
 }
 
 /// Reload windows: changes outside a workload's window wait for it, with one `ReloadDeferred` Event
-/// and the deferred gauge, and are rolled out once, together, when it opens; `--reload-window` is
-/// the default of workloads without their own.
+/// and the deferred gauge, and are rolled out once, together, when it opens. A workload without its
+/// own window has its namespace's, else `--reload-window`.
 #[tokio::test]
 async fn a_reload_outside_its_window_waits_for_the_window_to_open() -> Result<()> {
     let client = admin_client().await?;
@@ -671,6 +671,39 @@ async fn a_reload_outside_its_window_waits_for_the_window_to_open() -> Result<()
         assert_eq!(of.len(), 1, "{name}: {of:?}");
         assert!(of[0].count.unwrap_or(1) <= 1, "{name}: posted once: {of:?}");
     }
+
+    // The namespace's window, open now, wins over --reload-window: the next change reloads `later`
+    // at once (and `soon`, whose own window is still open).
+    let open_now = daily_window(
+        jiff::Timestamp::now() - jiff::SignedDuration::from_mins(5),
+        30,
+    );
+    let namespace_events =
+        "reloader_events_received_total{event_type=\"update\",resource_type=\"namespaces\"}";
+    let seen = rk.metric(namespace_events).await?;
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            &ns.name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {
+                "rekindle.io/reload-window": open_now}}})),
+        )
+        .await?;
+    wait_for(
+        "rekindle to see the namespace's window",
+        TIMEOUT,
+        || async { Ok((rk.metric(namespace_events).await? > seen).then_some(())) },
+    )
+    .await?;
+    change_cm(&client, &ns.name, "app-config", "3").await?;
+    wait_for("later, under its namespace's window", TIMEOUT, || async {
+        let later = get_json(&deployments, "later").await?;
+        Ok((generation(&later) == 2).then_some(()))
+    })
+    .await?;
+    rk.settled(handled + 3.0).await?;
+    assert_eq!(rk.metric(deferred).await?, 0.0, "nothing waits");
+    assert_eq!(generation(&get_json(&deployments, "soon").await?), 3);
     rk.stop().await?;
     ns.cleanup().await
 }

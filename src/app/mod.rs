@@ -624,11 +624,21 @@ fn spawn_watches(
         ready: &ctx.ready,
         started: Vec::new(),
     };
-    if scope.selector().is_some() {
+    // Namespaces: the selector's labels (the scope waits for them) and the default reload windows;
+    // one by one in a scoped install, which may read only its own namespaces.
+    if scope.watched_namespaces().is_none() {
+        let part = scope.selector().is_some().then_some(WatchPart::Scope);
         watches.start(
             Watched::Namespaces.in_namespace(None),
-            Some(WatchPart::Scope),
-            watch::namespaces(client.clone(), ctx.clone()),
+            part,
+            watch::namespaces(client.clone(), None, ctx.clone()),
+        );
+    }
+    for ns in namespaces.iter().flatten() {
+        watches.start(
+            Watched::Namespaces.in_namespace(Some(ns)),
+            None,
+            watch::namespaces(client.clone(), Some(ns.clone()), ctx.clone()),
         );
     }
     for ns in &namespaces {

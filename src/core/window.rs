@@ -229,25 +229,29 @@ impl Windows {
     }
 }
 
-/// The window a workload's reloads wait for: its annotation, else `default` (`--reload-window`).
-/// An invalid annotation is an error for the caller to report; the workload then has no window, so
-/// a typo never stops its reloads.
+/// The window a workload's reloads wait for: its own annotation, else its namespace's (`namespace`,
+/// the annotation's value on the Namespace), else `default` (`--reload-window`). An invalid value is
+/// an error for the caller to report; the workload then has no window, so a typo never stops its
+/// reloads.
 pub fn window_of(
     annotations: Option<&serde_json::Value>,
+    namespace: Option<&str>,
     default: Option<&Windows>,
 ) -> Result<Option<Windows>, WindowError> {
     let own = annotations
         .and_then(|a| a.get(RELOAD_WINDOW_ANNOTATION))
         .and_then(serde_json::Value::as_str);
-    match own {
-        Some(text) => text.parse().map(Some).map_err(|e: WindowError| {
-            WindowError(format!(
-                "invalid reload window {text:?} in annotation {RELOAD_WINDOW_ANNOTATION}, ignored: {}",
-                e.0
-            ))
-        }),
-        None => Ok(default.cloned()),
-    }
+    let (text, whose) = match (own, namespace) {
+        (Some(text), _) => (text, "annotation"),
+        (None, Some(text)) => (text, "the namespace's annotation"),
+        (None, None) => return Ok(default.cloned()),
+    };
+    text.parse().map(Some).map_err(|e: WindowError| {
+        WindowError(format!(
+            "invalid reload window {text:?} in {whose} {RELOAD_WINDOW_ANNOTATION}, ignored: {}",
+            e.0
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -349,23 +353,38 @@ mod tests {
     }
 
     #[test]
-    fn the_workloads_own_window_wins_over_the_default() {
+    fn the_workloads_window_wins_then_its_namespaces_then_the_default() {
         let default = w("Sat 00:00-06:00");
         let own = serde_json::json!({RELOAD_WINDOW_ANNOTATION: "Mon 01:00-02:00"});
+        let namespace = Some("Tue 01:00-02:00");
         assert_eq!(
-            window_of(Some(&own), Some(&default)).unwrap(),
+            window_of(Some(&own), namespace, Some(&default)).unwrap(),
             Some(w("Mon 01:00-02:00"))
         );
         assert_eq!(
-            window_of(None, Some(&default)).unwrap(),
+            window_of(None, namespace, Some(&default)).unwrap(),
+            Some(w("Tue 01:00-02:00"))
+        );
+        assert_eq!(
+            window_of(None, None, Some(&default)).unwrap(),
             Some(default.clone())
         );
-        assert_eq!(window_of(Some(&serde_json::json!({})), None).unwrap(), None);
+        assert_eq!(
+            window_of(Some(&serde_json::json!({})), None, None).unwrap(),
+            None
+        );
         let typo = serde_json::json!({RELOAD_WINDOW_ANNOTATION: "Mon 1-2"});
-        let err = window_of(Some(&typo), Some(&default))
+        let err = window_of(Some(&typo), namespace, Some(&default))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("rekindle.io/reload-window"), "{err}");
+        assert!(
+            err.contains("in annotation rekindle.io/reload-window"),
+            "{err}"
+        );
+        let err = window_of(None, Some("Mon 1-2"), Some(&default))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the namespace's annotation"), "{err}");
     }
 
     #[test]

@@ -76,6 +76,9 @@ struct State {
     /// CSI: the ignore/match annotations of SecretProviderClasses (whose hashes come from their pod
     /// statuses, which carry no annotations).
     class_flags: HashMap<ResourceKey, ResourceFlags>,
+    /// Namespaces' `rekindle.io/reload-window` annotations (of those that have one): the default
+    /// window of their workloads.
+    namespace_windows: HashMap<String, Box<str>>,
 }
 
 impl State {
@@ -305,6 +308,28 @@ impl Index {
             .get(key)
             .copied()
             .unwrap_or_default()
+    }
+
+    /// A namespace's reload window annotation, as written (`None`: it has none).
+    pub fn set_namespace_window(&self, namespace: &str, window: Option<&str>) {
+        let mut state = self.write();
+        match window {
+            Some(w) => {
+                state
+                    .namespace_windows
+                    .insert(namespace.to_string(), w.into());
+            }
+            None => {
+                state.namespace_windows.remove(namespace);
+            }
+        }
+    }
+
+    pub fn namespace_window(&self, namespace: &str) -> Option<String> {
+        self.read()
+            .namespace_windows
+            .get(namespace)
+            .map(|w| w.to_string())
     }
 
     pub fn class_flag_keys(&self, namespace: Option<&str>) -> Vec<ResourceKey> {

@@ -257,7 +257,7 @@ impl Metrics {
             "rekindle_admission_requests", "Admission requests, by operation and result" => m.admission_requests;
             "rekindle_admission_duration_seconds", "Admission handling time" => m.admission_duration;
             "rekindle_reloads_coalesced", "Changes merged into an already queued reload" => m.reloads_coalesced;
-            "rekindle_reload_latency_seconds", "From the watch event of a change to the accepted PATCH" => m.reload_latency;
+            "rekindle_reload_latency_seconds", "From the watch event of a change to the accepted PATCH (reloads that waited for their window not counted)" => m.reload_latency;
             "rekindle_watch_restarts", "Watch streams restarted after an error" => m.watch_restarts;
             "rekindle_workload_reads", "Workloads read before a reload instead of planned from the index, by reason" => m.workload_reads;
             "rekindle_reload_attempt_failures", "Failed reload attempts by cause (conflict and transient are retried; forbidden, invalid and render are not)" => m.reload_attempt_failures;

@@ -280,7 +280,9 @@ impl Writer {
                 let seconds = started.elapsed().as_secs_f64();
                 self.metrics
                     .reload_done(&key.namespace, key.kind.name(), true, seconds);
-                if let Some(first) = pending.causes.values().min() {
+                // A reload that waited for its window would measure the window, not rekindle.
+                let waited = pending.deferred.is_some();
+                if let Some(first) = pending.causes.values().min().filter(|_| !waited) {
                     self.metrics
                         .reload_latency
                         .observe(first.elapsed().as_secs_f64());
@@ -361,8 +363,8 @@ impl Writer {
         ControlFlow::Break(Finished::RequeueAfter { pending, after })
     }
 
-    /// The workload's reload window (`core::window::window_of`) and uid; an invalid annotation is
-    /// reported once.
+    /// The workload's reload window (`core::window::window_of`: its own, its namespace's, or
+    /// `--reload-window`) and uid; an invalid value is reported once on the workload.
     async fn window_of(&self, key: &WorkloadKey) -> Option<(Windows, Option<String>)> {
         let skeleton = self.index.skeleton(key).map(|(s, _)| s);
         let uid = skeleton
@@ -373,12 +375,18 @@ impl Writer {
         let annotations = skeleton
             .as_ref()
             .and_then(|s| s.pointer("/metadata/annotations"));
-        match window::window_of(annotations, self.default_window.as_ref()) {
+        let namespace = self.index.namespace_window(&key.namespace);
+        match window::window_of(
+            annotations,
+            namespace.as_deref(),
+            self.default_window.as_ref(),
+        ) {
             Ok(windows) => windows.map(|w| (w, uid)),
             Err(e) => {
                 let value = annotations
                     .and_then(|a| a.get(window::RELOAD_WINDOW_ANNOTATION))
                     .and_then(Value::as_str)
+                    .or(namespace.as_deref())
                     .unwrap_or_default();
                 let note = format!("{e}; reloading without a window");
                 self.warn_invalid(

@@ -67,7 +67,8 @@ pub fn explain(
         serde_json::to_value(patch::render(workload, kind, &p.changes)?)?
     };
     let annotations = workload.pointer("/metadata/annotations");
-    let window = match window_of(annotations, default_window) {
+    // The namespace's default is not in the manifests: the workload's own window, or the flag's.
+    let window = match window_of(annotations, None, default_window) {
         Ok(None) => Value::Null,
         Ok(Some(w)) => {
             let at = jiff::Timestamp::from_second(now).unwrap_or_default();

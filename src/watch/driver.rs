@@ -51,7 +51,8 @@ pub struct WatchId {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Watched {
-    /// The Namespaces of `--namespace-selector` (always cluster-wide).
+    /// Namespaces (their labels for `--namespace-selector`, their default reload windows): all, or
+    /// one watched namespace.
     Namespaces,
     /// ConfigMaps or Secrets.
     Resources(ResourceKind),
@@ -88,10 +89,11 @@ impl Watched {
 
 impl std::fmt::Display for WatchId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let what = match self.watched {
-            Watched::Namespaces => return f.write_str("namespaces"),
-            Watched::Workloads(kind) => kind.name().to_string(),
-            other => other.resource(),
+        let what = match (self.watched, &self.namespace) {
+            (Watched::Namespaces, None) => return f.write_str("namespaces"),
+            (Watched::Namespaces, Some(ns)) => return write!(f, "namespaces/{ns}"),
+            (Watched::Workloads(kind), _) => kind.name().to_string(),
+            (other, _) => other.resource(),
         };
         write!(f, "{what}/{}", self.namespace.as_deref().unwrap_or("*"))
     }

@@ -17,6 +17,7 @@ use super::{wait_for_api, Changed, Ctx, Sink, WatchPart};
 use crate::core::kinds::csi;
 use crate::core::plan::PlanConfig;
 use crate::core::policy::ResourceFlags;
+use crate::core::window::RELOAD_WINDOW_ANNOTATION;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{Processed, Skip, WatchEventType};
@@ -330,11 +331,16 @@ impl Handler<Namespace> for Namespaces {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        ctx.scope.observe_namespace(&ns.name_any(), &labels);
+        let name = ns.name_any();
+        ctx.scope.observe_namespace(&name, &labels);
+        let window = ns.annotations().get(RELOAD_WINDOW_ANNOTATION);
+        ctx.index
+            .set_namespace_window(&name, window.map(String::as_str));
     }
 
     fn delete(&mut self, ctx: &Ctx, name: &String) {
         ctx.scope.forget_namespace(name);
+        ctx.index.set_namespace_window(name, None);
     }
 
     fn known(&self, _ctx: &Ctx) -> Vec<String> {
@@ -342,10 +348,15 @@ impl Handler<Namespace> for Namespaces {
     }
 }
 
-pub async fn namespaces(client: Client, ctx: Arc<Ctx>) {
+/// Namespaces: every one (`namespace` `None`), or the one named. Their labels feed
+/// `--namespace-selector`, their reload window annotations the workloads' default window.
+pub async fn namespaces(client: Client, namespace: Option<String>, ctx: Arc<Ctx>) {
     let api: Api<Namespace> = Api::all(client);
-    let id = Watched::Namespaces.in_namespace(None);
-    let config = ctx.list_config(watcher::Config::default());
+    let id = Watched::Namespaces.in_namespace(namespace.as_deref());
+    let mut config = ctx.list_config(watcher::Config::default());
+    if let Some(ns) = &namespace {
+        config = config.fields(&format!("metadata.name={ns}"));
+    }
     driver::run(api, config, id, Namespaces, ctx).await;
 }
 
