@@ -512,6 +512,26 @@ mod tests {
         assert_eq!(Instant::now() - t1, Duration::from_millis(250));
     }
 
+    /// A deferred reload comes back when asked; a change meanwhile makes it due at once (to be judged
+    /// again), still marked deferred, so its Event is not posted twice.
+    #[tokio::test(start_paused = true)]
+    async fn a_deferred_reload_keeps_its_mark_through_new_changes() {
+        let q = queue(0, 0, 0);
+        q.push(key("a"), r("one"), Instant::now(), true);
+        let (k, mut pending) = q.next().await;
+        pending.deferred = Some(Deferred::Window);
+        let after = Duration::from_secs(3600);
+        q.done(&k, Finished::RequeueAfter { pending, after });
+        assert_eq!(q.deferred(Deferred::Window), 1);
+        q.push(key("a"), r("two"), Instant::now(), false);
+        let (_, pending) = tokio::time::timeout(Duration::from_secs(1), q.next())
+            .await
+            .expect("due with the new change");
+        assert_eq!(pending.deferred, Some(Deferred::Window));
+        assert_eq!(pending.failures, 0);
+        assert_eq!(pending.causes.len(), 2);
+    }
+
     /// A change that pushes a queued workload's due time back reorders it behind one due sooner.
     #[tokio::test(start_paused = true)]
     async fn workloads_are_taken_in_the_order_they_are_due() {
