@@ -578,6 +578,10 @@ struct Verdict {
     /// Such writes that landed right after their replica's partition healed: sent before it, held in
     /// the network (the one write a leader cut off may still land).
     in_flight_at_partition: Vec<String>,
+    /// Creates of a Job its replica had deleted while leading, with no other write of it in between:
+    /// a re-create finished after the lease ran out. Reported, not failed: no other replica knows the
+    /// Job is owed, and with its name fixed it cannot be created twice.
+    recreates_finished: Vec<String>,
     /// Workload writes the apiserver refused with 409: planned from a version the object had moved
     /// past (another writer in between, or a write held back by the network).
     refused_as_stale: usize,
@@ -727,6 +731,8 @@ fn judge(
         .iter()
         .filter(|w| w.resource != "leases" && w.code == 409)
         .count();
+    // Per object, the last successful write: by whom, what, and whether its replica was leading.
+    let mut last: BTreeMap<(&str, &str), (&str, &str, bool)> = BTreeMap::new();
     for w in writes
         .iter()
         .filter(|w| w.resource != "leases" && w.code < 300)
@@ -735,6 +741,10 @@ fn judge(
         let lease = leases.iter().rev().find(|l| l.0 <= w.received);
         let holds = lease.is_some_and(|(_, holder, _)| *holder == Some(w.replica.as_str()));
         let in_time = lease.is_some_and(|(_, _, renewed)| w.received <= renewed + renew);
+        let before = last.insert(
+            (w.resource.as_str(), w.name.as_str()),
+            (w.replica.as_str(), w.verb.as_str(), holds && in_time),
+        );
         if holds && in_time {
             continue;
         }
@@ -744,6 +754,13 @@ fn judge(
         );
         if holds {
             v.after_own_deadline.push(text);
+            continue;
+        }
+        let finishes_own_recreate = w.resource == "jobs"
+            && w.verb == "create"
+            && before == Some((w.replica.as_str(), "delete", true));
+        if finishes_own_recreate {
+            v.recreates_finished.push(text);
             continue;
         }
         let healed_just_before = faults.iter().any(|f| {
@@ -792,6 +809,7 @@ fn report(
          | successful workload writes (audit log) | {} |\n| **lost** | **{}** |\n| **doubled** | **{}** |\n\
          | **writes by a replica not leading** | **{}** |\n| writes held by a partition, landed at its heal | {} |\n\
          | writes by the holder arriving after its renew deadline, nobody else leading | {} |\n\
+         | Job re-creates finished after the lease ran out (deleted while leading) | {} |\n\
          | workload writes refused as stale (409) | {} |\n\
          | change → reload, p50 / p99 / max | {:.2} s / {:.2} s / {:.2} s ({} change × workload pairs) |\n\n",
         v.workloads,
@@ -804,6 +822,7 @@ fn report(
         v.non_leader_writes.len(),
         v.in_flight_at_partition.len(),
         v.after_own_deadline.len(),
+        v.recreates_finished.len(),
         v.refused_as_stale,
         percentile(&lat, 0.5),
         percentile(&lat, 0.99),
@@ -835,6 +854,10 @@ fn report(
         (
             "Writes by the holder after its renew deadline",
             &v.after_own_deadline,
+        ),
+        (
+            "Job re-creates finished after the lease ran out",
+            &v.recreates_finished,
         ),
     ] {
         if !list.is_empty() {

@@ -23,6 +23,9 @@ pub enum WriteError {
     /// Timeouts, throttling, 5xx, connection errors: worth another try.
     #[error("{0}")]
     Transient(String),
+    /// Leadership ended between two writes of one reload; the leader's catch-up finishes it.
+    #[error("not leading any more")]
+    NotLeader,
 }
 
 impl WriteError {
@@ -62,6 +65,7 @@ impl WriteError {
             Self::Invalid(_) => "invalid",
             Self::Render(_) => "render",
             Self::Transient(_) => "transient",
+            Self::NotLeader => "not_leader",
         }
     }
 }

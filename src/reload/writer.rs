@@ -447,6 +447,7 @@ impl Writer {
                 Ok(Outcome::Reloaded)
             }
             Err(WriteError::Gone) => Ok(Outcome::Gone),
+            Err(WriteError::NotLeader) => Ok(Outcome::NotLeader),
             Err(e) => Err(e),
         }
     }
@@ -722,11 +723,16 @@ impl Writer {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
+        // Each write of the two is the leader's only: one that stops in between leaves the CronJob's
+        // markers stale, and the next leader creates the same Job (its name is derived from the
+        // hashes, so it is created once) and writes them.
+        self.still_leading()?;
         match jobs.create(&params, &job).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {}
             Err(e) => return Err(WriteError::from_kube("creating the Job", e)),
         }
+        self.still_leading()?;
         let metadata_changes: Vec<MarkerChange> = changes
             .iter()
             .filter(|c| {
@@ -747,13 +753,25 @@ impl Writer {
             .await
     }
 
+    /// Between the writes of one reload: leadership ends at the renew deadline, and a replica that
+    /// was frozen or cut off in the middle must not carry on as if it still led.
+    fn still_leading(&self) -> Result<(), WriteError> {
+        if self.leadership.is_leader() {
+            Ok(())
+        } else {
+            Err(WriteError::NotLeader)
+        }
+    }
+
     /// Job: delete (background propagation) and create again under the same name from its JSON.
     /// The delete is conditional on the UID that was read: if another writer (a second replica
     /// without leader election, say) re-created the Job since, it answers 409 and this reload is
     /// already done; a create meeting a Job with another UID is done the same way. Once the delete has
     /// gone through, the create is retried on transient errors for minutes (an apiserver restarting
     /// answers 500 for a few seconds): a read would find no Job and nothing left to reload, so this is
-    /// the only place the Job still exists. A crash between the two loses the Job (documented limit).
+    /// the only place the Job still exists. For the same reason it is finished even if this replica's
+    /// lease runs out meanwhile: no other replica knows the Job is owed, and with the name fixed it
+    /// cannot be created twice. A crash between the two loses the Job (documented limit).
     async fn recreate_job(
         &self,
         jobs: &Api<DynamicObject>,

@@ -55,6 +55,17 @@ fn fixture(
     workload: &Value,
     answer: impl FnMut(&Seen) -> (u16, Value) + Send + 'static,
 ) -> (Fixture, WorkloadKey, Pending) {
+    fixture_leading(kind, name, workload, Leadership::always(), answer)
+}
+
+/// As [`fixture`], with the writer leading as `leadership` says.
+fn fixture_leading(
+    kind: WorkloadKind,
+    name: &str,
+    workload: &Value,
+    leadership: Leadership,
+    answer: impl FnMut(&Seen) -> (u16, Value) + Send + 'static,
+) -> (Fixture, WorkloadKey, Pending) {
     let (client, handle) = crate::mock_api::client();
     let plan = PlanConfig::default();
     let index = Arc::new(Index::new());
@@ -92,7 +103,7 @@ fn fixture(
         metrics.clone(),
         Recorder::new(client, reporter),
         1,
-        Leadership::always(),
+        leadership,
     ));
     let now = Instant::now();
     let pending = Pending {
@@ -377,6 +388,51 @@ async fn a_cronjob_job_that_already_exists_is_not_created_twice() {
         "{seen:?}"
     );
     assert!(seen.contains(&("POST".into(), JOBS.into())));
+}
+
+/// A replica whose lease runs out between the Job it creates for a CronJob and the CronJob's marker
+/// patch stops there: the markers stay stale, and the next leader creates the same Job (its name is
+/// derived from the hashes, so the create finds it) and writes them.
+#[tokio::test]
+async fn a_cronjob_reload_stops_between_its_writes_when_leadership_ends() {
+    let cronjob = json!({
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": "ns", "uid": "u-cj", "resourceVersion": "3",
+            "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "app", "image": "i", "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}}}}}
+    });
+    let (lead, leading) = tokio::sync::watch::channel(Some(crate::reload::lease::forever()));
+    let answer = cronjob.clone();
+    let (f, key, pending) = fixture_leading(
+        WorkloadKind::CronJob,
+        "nightly",
+        &cronjob,
+        Leadership::from_channel(leading),
+        move |s| match s.method {
+            Method::POST => {
+                // The lease runs out while the Job is being created.
+                lead.send_replace(None);
+                (
+                    201,
+                    json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}}),
+                )
+            }
+            _ => (200, answer.clone()),
+        },
+    );
+    assert!(
+        !f.writer.reload(&key, &pending).await,
+        "not reported as written"
+    );
+    let server = f.finish().await;
+    let seen = summary(&server);
+    assert!(
+        seen.iter().all(|(m, _)| m != "PATCH"),
+        "no marker patch: {seen:?}"
+    );
+    assert!(server.events.is_empty(), "no Reloaded Event");
 }
 
 #[tokio::test]
