@@ -723,15 +723,15 @@ impl Writer {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
-        // Each write of the two is the leader's only: one that stops in between leaves the CronJob's
-        // markers stale, and the next leader creates the same Job (its name is derived from the
-        // hashes, so it is created once) and writes them.
-        self.still_leading()?;
         match jobs.create(&params, &job).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {}
             Err(e) => return Err(WriteError::from_kube("creating the Job", e)),
         }
+        // The create may have taken long (a slow or cut-off apiserver): the second write is the
+        // leader's only. One that stops here leaves the CronJob's markers stale, and the next leader
+        // creates the same Job (its name is derived from the hashes, so the create finds it) and
+        // writes them.
         self.still_leading()?;
         let metadata_changes: Vec<MarkerChange> = changes
             .iter()

@@ -42,6 +42,17 @@ fn job(uid: &str) -> Value {
     })
 }
 
+fn cronjob() -> Value {
+    json!({
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": "ns", "uid": "u-cj", "resourceVersion": "3",
+            "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "app", "image": "i", "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}}}}}
+    })
+}
+
 struct Fixture {
     writer: Arc<Writer>,
     metrics: Arc<Metrics>,
@@ -355,14 +366,7 @@ async fn a_job_is_deleted_on_its_uid_and_created_again_through_conflicts_and_tra
 async fn a_cronjob_job_that_already_exists_is_not_created_twice() {
     const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs";
     const CRONJOB: &str = "/apis/batch/v1/namespaces/ns/cronjobs/nightly";
-    let cronjob = json!({
-        "apiVersion": "batch/v1", "kind": "CronJob",
-        "metadata": {"name": "nightly", "namespace": "ns", "uid": "u-cj", "resourceVersion": "3",
-            "annotations": {"reloader.stakater.com/auto": "true"}},
-        "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": "app", "image": "i", "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}}}}}
-    });
+    let cronjob = cronjob();
     let answer = cronjob.clone();
     let (f, key, pending) = fixture(WorkloadKind::CronJob, "nightly", &cronjob, move |s| match s
         .method
@@ -395,14 +399,7 @@ async fn a_cronjob_job_that_already_exists_is_not_created_twice() {
 /// derived from the hashes, so the create finds it) and writes them.
 #[tokio::test]
 async fn a_cronjob_reload_stops_between_its_writes_when_leadership_ends() {
-    let cronjob = json!({
-        "apiVersion": "batch/v1", "kind": "CronJob",
-        "metadata": {"name": "nightly", "namespace": "ns", "uid": "u-cj", "resourceVersion": "3",
-            "annotations": {"reloader.stakater.com/auto": "true"}},
-        "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": "app", "image": "i", "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}}}}}
-    });
+    let cronjob = cronjob();
     let (lead, leading) = tokio::sync::watch::channel(Some(crate::reload::lease::forever()));
     let answer = cronjob.clone();
     let (f, key, pending) = fixture_leading(
