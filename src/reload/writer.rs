@@ -383,17 +383,13 @@ impl Writer {
         ) {
             Ok(windows) => windows.map(|w| (w, uid)),
             Err(e) => {
-                let value = annotations
-                    .and_then(|a| a.get(window::RELOAD_WINDOW_ANNOTATION))
-                    .and_then(Value::as_str)
-                    .or(namespace.as_deref())
-                    .unwrap_or_default();
+                // The error names the value and whose it is: reported once per workload and error.
                 let note = format!("{e}; reloading without a window");
                 self.warn_invalid(
                     key,
                     uid.as_deref(),
                     window::RELOAD_WINDOW_ANNOTATION,
-                    value,
+                    &e.0,
                     note,
                 )
                 .await;
