@@ -414,7 +414,8 @@ impl Rekindle {
                 }
                 let body = self.metrics().await?;
                 let waiting = sample(&body, "rekindle_reloads_awaiting_retry ")
-                    + sample(&body, "rekindle_reloads_deferred{reason=\"window\"} ");
+                    + sample(&body, "rekindle_reloads_deferred{reason=\"window\"} ")
+                    + sample(&body, "rekindle_reloads_deferred{reason=\"budget\"} ");
                 let idle = sample(&body, "rekindle_queue_depth ") == waiting
                     && sample(&body, "rekindle_reloads_in_flight ") == 0.0;
                 Ok(idle.then_some(()))

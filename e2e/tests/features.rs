@@ -1046,3 +1046,111 @@ async fn ready_comes_after_every_watch_of_many_namespaces_synced() -> Result<()>
     }
     Ok(())
 }
+
+/// Where a Deployment's rollout stands by its own status: every replica updated and available for the
+/// latest generation, `Progressing` with reason `NewReplicaSetAvailable`.
+fn rollout_finished(d: &Value) -> bool {
+    let int = |p: &str| d.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+    let replicas = d
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let progressing = d
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Progressing")
+        .and_then(|c| c["reason"].as_str());
+    int("/status/observedGeneration") >= int("/metadata/generation")
+        && int("/status/updatedReplicas") == replicas
+        && int("/status/availableReplicas") == replicas
+        && int("/status/replicas") == replicas
+        && progressing == Some("NewReplicaSetAvailable")
+}
+
+/// `--max-rollouts-in-progress`: a fleet sharing one ConfigMap never has more than N rollouts that
+/// rekindle started unfinished (checked on consistent LIST snapshots, each at one resourceVersion),
+/// the rest wait with one `ReloadDeferred` Event each, and every workload reloads exactly once.
+#[tokio::test]
+async fn the_rollout_budget_bounds_the_rollouts_in_progress() -> Result<()> {
+    const BUDGET: usize = 2;
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-budget").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--reload-debounce=0", "--max-rollouts-in-progress=2"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    let fleet = ["a", "b", "c", "d", "e"];
+    for name in fleet {
+        let mut d = deployment(name).auto().uses_configmap("app-config").build();
+        // Each rollout takes a few seconds, so overlapping ones are seen.
+        d["spec"]["minReadySeconds"] = json!(3);
+        apply_value(&client, Some(&ns.name), d).await?;
+    }
+    rk.wait_indexed(fleet.len() as f64).await?;
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    let snapshot = || async {
+        let list = deployments.list(&ListParams::default()).await?;
+        list.items
+            .into_iter()
+            .map(|d| Ok(serde_json::to_value(d)?))
+            .collect::<Result<Vec<Value>>>()
+    };
+    wait_for("the fleet's first rollouts to finish", TIMEOUT, || async {
+        let all = snapshot().await?;
+        Ok((all.len() == fleet.len() && all.iter().all(rollout_finished)).then_some(()))
+    })
+    .await?;
+
+    change_cm(&client, &ns.name, "app-config", "budgeted").await?;
+    let deferred = "rekindle_reloads_deferred{reason=\"budget\"}";
+    let (mut most_in_progress, mut most_deferred) = (0, 0.0_f64);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let all = snapshot().await?;
+        let reloaded = all.iter().filter(|d| generation(d) > 1);
+        let in_progress = reloaded.clone().filter(|d| !rollout_finished(d)).count();
+        assert!(
+            in_progress <= BUDGET,
+            "{in_progress} rollouts in progress: {all:#?}"
+        );
+        most_in_progress = most_in_progress.max(in_progress);
+        most_deferred = most_deferred.max(rk.metric(deferred).await?);
+        if reloaded.count() == fleet.len() && all.iter().all(rollout_finished) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the fleet did not reload: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(most_in_progress, BUDGET, "the budget was used");
+    assert_eq!(
+        most_deferred,
+        (fleet.len() - BUDGET) as f64,
+        "the rest waited"
+    );
+    for d in snapshot().await? {
+        assert_eq!(generation(&d), 2, "reloaded once: {d:#}");
+    }
+    let events = Api::<Event>::namespaced(client.clone(), &ns.name)
+        .list(&ListParams::default().fields("reason=ReloadDeferred"))
+        .await?;
+    assert_eq!(events.items.len(), fleet.len() - BUDGET, "{events:#?}");
+    assert!(events.items.iter().all(|e| e.count.unwrap_or(1) == 1));
+    wait_for("the slots to be free", TIMEOUT, || async {
+        let free = rk.metric("rekindle_rollouts_in_progress ").await? == 0.0
+            && rk.metric(deferred).await? == 0.0;
+        Ok(free.then_some(()))
+    })
+    .await?;
+    Ok(())
+}

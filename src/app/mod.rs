@@ -30,6 +30,7 @@ use crate::reload::catch_up::CatchUp;
 use crate::reload::lease::{self, Leadership};
 use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Queue, QueueConfig};
+use crate::reload::rollouts::Rollouts;
 use crate::reload::triggers::Triggers;
 use crate::reload::warm;
 use crate::reload::writer::{self, Writer};
@@ -194,6 +195,11 @@ async fn run(config: Config) -> Result<()> {
     };
     let admin_task = serve_admin(&config, health.clone(), registry, live, &shutdown).await?;
 
+    let rollouts = Rollouts::new(
+        config.max_rollouts_in_progress,
+        config.rollout_timeout,
+        metrics.clone(),
+    );
     // What a change leads to, decided once: reloads (stamps, catch-up, queue and writer), or with
     // --webhook-url notifications only. Everything below follows `reloading`.
     let sink = match &config.webhook_url {
@@ -205,6 +211,7 @@ async fn run(config: Config) -> Result<()> {
                 config.plan.policy.keys.clone(),
                 leadership.clone(),
             ),
+            rollouts: rollouts.clone(),
         },
     };
     let reloading = sink.triggers().cloned();
@@ -253,7 +260,13 @@ async fn run(config: Config) -> Result<()> {
                 triggers.queue(),
                 &metrics,
                 &leadership,
+                rollouts.clone(),
             )?;
+            tokio::spawn(rollouts.clone().run(
+                triggers.queue().clone(),
+                leadership.clone(),
+                shutdown.clone(),
+            ));
             tokio::spawn(warm::keep_warm(
                 write_client.clone(),
                 warm::INTERVAL,
@@ -551,6 +564,7 @@ fn writer(
     queue: &Arc<Queue>,
     metrics: &Arc<Metrics>,
     leadership: &Leadership,
+    rollouts: Arc<Rollouts>,
 ) -> Result<Arc<Writer>> {
     let reporter = Reporter {
         controller: "rekindle".into(),
@@ -567,6 +581,7 @@ fn writer(
         leadership.clone(),
     );
     writer.default_window = config.reload_window.clone();
+    writer.rollouts = rollouts;
     if let Some(alerts) = config.alerts.clone() {
         tracing::info!(sink = ?alerts.sink, "alerts after reloads on");
         writer.alerter = Some(Alerter::start(alerts, metrics.clone())?);

@@ -248,6 +248,14 @@ pub struct ServerArgs {
     /// more `DAYS HH:MM-HH:MM [ZONE]` separated by `;` (unset: always).
     #[arg(long, value_parser = reload_window)]
     pub reload_window: Option<Windows>,
+    /// At most this many workloads whose rekindle-started rollout has not finished; owed reloads past
+    /// it wait, in the order their changes arrived (0 = unlimited).
+    #[arg(long, default_value_t = 0)]
+    pub max_rollouts_in_progress: usize,
+    /// A rollout counted against --max-rollouts-in-progress that has not finished after this long has
+    /// failed and frees its slot.
+    #[arg(long, default_value = "10m", value_parser = positive_duration)]
+    pub rollout_timeout: Duration,
     /// Admission webhook (TLS) listen address.
     #[arg(long, default_value = ":9443", value_parser = listen_addr)]
     pub webhook_addr: SocketAddr,
@@ -324,6 +332,9 @@ pub struct Config {
     pub consistency_interval: Duration,
     /// `None`: reloads start whenever they are owed.
     pub reload_window: Option<Windows>,
+    /// 0: unlimited.
+    pub max_rollouts_in_progress: usize,
+    pub rollout_timeout: Duration,
     pub webhook_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub tls_cert_file: Option<PathBuf>,
@@ -412,6 +423,13 @@ fn reload_window(value: &str) -> Result<Windows, String> {
 /// A Go duration (`1m30s`, `250ms`), as Reloader's flags take them.
 fn go_duration(value: &str) -> Result<Duration, String> {
     parse_go_duration(value).map_err(|e| e.why.to_string())
+}
+
+fn positive_duration(value: &str) -> Result<Duration, String> {
+    match go_duration(value)? {
+        d if d.is_zero() => Err("must be longer than 0s".into()),
+        d => Ok(d),
+    }
 }
 
 /// `:9443` means every address (dual-stack where the host has IPv6); `host:port` one address.
@@ -578,6 +596,8 @@ impl Config {
             max_concurrent_reloads: args.max_concurrent_reloads,
             consistency_interval: args.consistency_interval,
             reload_window: args.reload_window.clone(),
+            max_rollouts_in_progress: args.max_rollouts_in_progress,
+            rollout_timeout: args.rollout_timeout,
             webhook_addr: args.webhook_addr,
             admin_addr: args.admin_addr,
             tls_cert_file: args.tls_cert_file.clone(),

@@ -142,6 +142,11 @@ pub const FLAGS: &[(&str, Chart)] = &[
         Chart::Value("rekindle.consistencyInterval"),
     ),
     ("reload-window", Chart::Value("rekindle.reloadWindow")),
+    (
+        "max-rollouts-in-progress",
+        Chart::Value("rekindle.maxRolloutsInProgress"),
+    ),
+    ("rollout-timeout", Chart::Value("rekindle.rolloutTimeout")),
     ("webhook-addr", Chart::Port("webhook.port")),
     ("admin-addr", Chart::Port("metrics.port")),
     ("tls-cert-file", Chart::Derived),

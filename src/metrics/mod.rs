@@ -171,6 +171,8 @@ pub struct Metrics {
     pub watch_restarts: Family<WatchLabels, Counter>,
     pub errors: Family<ErrorLabels, Counter>,
     pub invalid_annotations: Counter,
+    pub rollouts_in_progress: Gauge,
+    pub rollouts_failed: Family<ReasonLabels, Counter>,
     pub ready: Gauge,
     pub tls_cert_not_after: Gauge,
     pub reconcile: Family<ResultLabels, Counter>,
@@ -225,6 +227,8 @@ impl Metrics {
             watch_restarts: Family::default(),
             errors: Family::default(),
             invalid_annotations: Counter::default(),
+            rollouts_in_progress: Gauge::default(),
+            rollouts_failed: Family::default(),
             ready: Gauge::default(),
             tls_cert_not_after: Gauge::default(),
             reconcile: Family::default(),
@@ -264,6 +268,8 @@ impl Metrics {
             "rekindle_admission_lookups", "Resources the index missed at admission and that were read, by result" => m.admission_lookups;
             "rekindle_errors", "Failures, by kind" => m.errors;
             "rekindle_invalid_annotations", "Invalid annotations reported as Warning Events" => m.invalid_annotations;
+            "rekindle_rollouts_in_progress", "Rollouts counted against --max-rollouts-in-progress (started by rekindle, or running when this replica began to lead)" => m.rollouts_in_progress;
+            "rekindle_rollouts_failed", "Rollouts counted against --max-rollouts-in-progress that failed, by reason (progress_deadline, degraded, timeout)" => m.rollouts_failed;
             "rekindle_ready", "1 when every watch has synced" => m.ready;
             "rekindle_tls_cert_not_after_timestamp_seconds", "Expiry of the webhook certificate being served" => m.tls_cert_not_after;
             "reloader_reconcile", "Resource changes handled (dependents looked up in the index and queued), by result" => m.reconcile;

@@ -39,14 +39,17 @@ pub struct Pending {
 pub enum Deferred {
     /// Outside the workload's reload window.
     Window,
+    /// `--max-rollouts-in-progress` rollouts have not finished.
+    Budget,
 }
 
 impl Deferred {
-    pub const ALL: [Deferred; 1] = [Deferred::Window];
+    pub const ALL: [Deferred; 2] = [Deferred::Window, Deferred::Budget];
 
     pub fn label(self) -> &'static str {
         match self {
             Deferred::Window => "window",
+            Deferred::Budget => "budget",
         }
     }
 }
@@ -235,6 +238,40 @@ impl Queue {
             .values()
             .filter(|p| p.deferred == Some(reason))
             .count()
+    }
+
+    /// Queued workloads deferred for `reason` whose changes arrived before `than` (arrival, then key:
+    /// the order in which deferred workloads go).
+    pub fn deferred_before(&self, reason: Deferred, than: (Instant, &WorkloadKey)) -> usize {
+        self.lock()
+            .pending
+            .iter()
+            .filter(|(k, p)| p.deferred == Some(reason) && (p.first, *k) < than)
+            .count()
+    }
+
+    /// Makes the `n` workloads deferred for `reason` whose changes arrived first due now.
+    pub fn wake_deferred(&self, reason: Deferred, n: usize) {
+        let mut state = self.lock();
+        let mut deferred: Vec<(Instant, WorkloadKey)> = state
+            .pending
+            .iter()
+            .filter(|(k, p)| p.deferred == Some(reason) && !state.in_flight.contains_key(*k))
+            .map(|(k, p)| (p.first, k.clone()))
+            .collect();
+        deferred.sort_unstable();
+        let now = Instant::now();
+        let mut woke = false;
+        for (_, key) in deferred.into_iter().take(n) {
+            if state.pending.get(&key).is_some_and(|p| p.due > now) {
+                state.set_due(&key, now);
+                woke = true;
+            }
+        }
+        drop(state);
+        if woke {
+            self.notify.notify_one();
+        }
     }
 
     /// Workloads taken by the writer and not finished yet.

@@ -35,6 +35,7 @@ use tracing::Instrument;
 
 use super::error::WriteError;
 use super::queue::{Deferred, Finished, Pending, Queue};
+use super::rollouts::{Admission, Rollouts};
 use crate::core::job::{job_from_cronjob, strip_job};
 use crate::core::patch::{self, MarkerChange, Place};
 use crate::core::pause::{pause_ops, PauseDecision};
@@ -69,6 +70,8 @@ pub fn stalled_for(queue: &Queue, leadership: &Leadership) -> Duration {
 const PATCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Tries at creating a Job again after deleting it (backoff to 5 s: about five minutes in all).
 const JOB_CREATE_RETRIES: usize = 60;
+/// How long a reload deferred by the rollout budget waits if no freed slot wakes it first.
+const BUDGET_RECHECK: Duration = Duration::from_secs(60);
 /// Size of the set of invalid annotations already reported at which deleted workloads are forgotten.
 const WARNED_PRUNE_AT: usize = 1024;
 
@@ -88,6 +91,8 @@ pub struct Writer {
     pub alerter: Option<Arc<Alerter>>,
     /// `--reload-window`: when reloads of workloads without their own window may start.
     pub default_window: Option<Windows>,
+    /// `--max-rollouts-in-progress`: the slots reloads take (unlimited unless set).
+    pub rollouts: Arc<Rollouts>,
     /// (workload, annotation value) pairs already reported as invalid: one Warning Event each.
     warned: Mutex<HashSet<(WorkloadKey, String)>>,
 }
@@ -144,13 +149,14 @@ impl Writer {
             plan,
             index,
             queue,
-            metrics,
+            metrics: metrics.clone(),
             recorder,
             max_concurrent,
             slots: Arc::new(Semaphore::new(max_concurrent)),
             leadership,
             alerter: None,
             default_window: None,
+            rollouts: Rollouts::new(0, Duration::ZERO, metrics.clone()),
             warned: Mutex::default(),
         }
     }
@@ -207,9 +213,9 @@ impl Writer {
         )
     }
 
-    /// Reconciles one workload: writes what its pending changes owe, in attempts with backoff, each
-    /// holding a write permit (`permit` is the first's), none held while waiting for the next. What
-    /// is still owed goes back to the queue with when to try again ([`Finished::RequeueAfter`]).
+    /// Reconciles one workload: what its pending changes owe is written now, or goes back to the queue
+    /// with when to try again ([`Finished::RequeueAfter`]): outside its reload window, past the
+    /// rollout budget, or after a failure.
     async fn reconcile(
         &self,
         key: &WorkloadKey,
@@ -220,6 +226,25 @@ impl Writer {
             ControlFlow::Continue(pending) => pending,
             ControlFlow::Break(deferred) => return deferred,
         };
+        let pending = match self.over_budget(key, pending).await {
+            ControlFlow::Continue(pending) => pending,
+            ControlFlow::Break(deferred) => return deferred,
+        };
+        let finished = self.write_owed(key, pending, permit).await;
+        if !matches!(finished, Finished::Reloaded) {
+            self.rollouts.release(key);
+        }
+        finished
+    }
+
+    /// Writes what the pending changes owe, in attempts with backoff, each holding a write permit
+    /// (`permit` is the first's), none held while waiting for the next.
+    async fn write_owed(
+        &self,
+        key: &WorkloadKey,
+        pending: Pending,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Finished {
         let started = Instant::now();
         let first_permit = Mutex::new(permit);
         let api: Api<DynamicObject> = Api::namespaced_with(
@@ -344,7 +369,7 @@ impl Writer {
         let after = Duration::try_from(opens.duration_since(now))
             .unwrap_or_default()
             .max(Duration::from_secs(1));
-        if pending.deferred.is_none() {
+        if pending.deferred != Some(Deferred::Window) {
             tracing::info!(%opens, window = %windows, "outside the reload window; deferred");
             let note = format!(
                 "Reload of {} '{}' deferred until {opens}: outside its reload window {windows}",
@@ -361,6 +386,50 @@ impl Writer {
         }
         pending.deferred = Some(Deferred::Window);
         ControlFlow::Break(Finished::RequeueAfter { pending, after })
+    }
+
+    /// A reload past `--max-rollouts-in-progress` waits until a slot is free for it (the writer wakes
+    /// it: [`Rollouts::run`]); its `ReloadDeferred` Event is posted once, when it starts waiting.
+    async fn over_budget(
+        &self,
+        key: &WorkloadKey,
+        mut pending: Pending,
+    ) -> ControlFlow<Finished, Pending> {
+        if !self.rollouts.enabled_for(key) {
+            return ControlFlow::Continue(pending);
+        }
+        let earlier = self
+            .queue
+            .deferred_before(Deferred::Budget, (pending.first, key));
+        let Admission::Wait { in_progress, max } = self.rollouts.admit(key, earlier) else {
+            return ControlFlow::Continue(pending);
+        };
+        if pending.deferred != Some(Deferred::Budget) {
+            tracing::info!(in_progress, max, "rollout budget used up; deferred");
+            let note = format!(
+                "Reload of {} '{}' deferred: {in_progress} rollouts in progress, at most {max} (--max-rollouts-in-progress); {earlier} deferred before it",
+                key.kind, key.name
+            );
+            let uid = self.index.skeleton(key).and_then(|(s, _)| {
+                s.pointer("/metadata/uid")
+                    .and_then(Value::as_str)
+                    .map(String::from)
+            });
+            self.publish(
+                key,
+                uid.as_deref(),
+                EventType::Normal,
+                "ReloadDeferred",
+                note,
+            )
+            .await;
+        }
+        pending.deferred = Some(Deferred::Budget);
+        // Woken when a slot is free for it; the wait bounds a wake that never came.
+        ControlFlow::Break(Finished::RequeueAfter {
+            pending,
+            after: BUDGET_RECHECK,
+        })
     }
 
     /// The workload's reload window (`core::window::window_of`: its own, its namespace's, or
@@ -664,6 +733,7 @@ impl Writer {
     /// Keeps the index's record as written, so a reload right after this one plans from it.
     fn record_written(&self, key: &WorkloadKey, written: &DynamicObject) {
         if let Ok(value) = serde_json::to_value(written) {
+            self.rollouts.written(key, &value);
             self.index.record_written(
                 key,
                 WorkloadEntry::from_stored(&self.plan, &value, key.kind),

@@ -258,8 +258,12 @@ impl Handler<DynamicObject> for Workloads {
             }
         };
         let key = self.key(&obj);
-        if let Sink::Reload { pause, .. } = &ctx.sink {
+        if let Sink::Reload {
+            pause, rollouts, ..
+        } = &ctx.sink
+        {
             pause.observe(&key, &value);
+            rollouts.observe(&key, &value);
         }
         let new = ctx.index.apply_workload(
             key.clone(),
@@ -277,6 +281,9 @@ impl Handler<DynamicObject> for Workloads {
 
     fn delete(&mut self, ctx: &Ctx, key: &WorkloadKey) {
         ctx.index.delete_workload(key);
+        if let Sink::Reload { rollouts, .. } = &ctx.sink {
+            rollouts.forget(key);
+        }
     }
 
     fn known(&self, ctx: &Ctx) -> Vec<WorkloadKey> {

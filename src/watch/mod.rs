@@ -28,6 +28,7 @@ use crate::metrics::{Metrics, Processed};
 use crate::outbound::notify::Notifier;
 use crate::reload::catch_up::CatchUp;
 use crate::reload::pause::PauseReconciler;
+use crate::reload::rollouts::Rollouts;
 use crate::reload::triggers::Triggers;
 
 /// What a watch contributes to the first sync, for the catch-up that compares markers with hashes.
@@ -143,11 +144,12 @@ impl ReadyTracker {
 
 /// Where the workloads a change triggers go, chosen once at start-up.
 pub enum Sink {
-    /// Reload them: the triggers of the coalescing queue in front of the writer, and the resumer of
-    /// paused Deployments.
+    /// Reload them: the triggers of the coalescing queue in front of the writer, the resumer of
+    /// paused Deployments, and the rollout budget (which follows workload status).
     Reload {
         triggers: Arc<Triggers>,
         pause: Arc<PauseReconciler>,
+        rollouts: Arc<Rollouts>,
     },
     /// `--webhook-url`: POST what would reload; no workload is touched.
     Notify(Arc<Notifier>),
@@ -214,6 +216,7 @@ impl Ctx {
                     Default::default(),
                     crate::reload::lease::Leadership::always(),
                 ),
+                rollouts: Rollouts::new(0, Duration::ZERO, metrics.clone()),
             },
             metrics,
             scope,

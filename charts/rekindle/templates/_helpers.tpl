@@ -167,6 +167,8 @@ them (alone when no list is given), as in Reloader's chart.
 {{- if $r.reloadWindow }}
 - --reload-window={{ $r.reloadWindow }}
 {{- end }}
+- --max-rollouts-in-progress={{ $r.maxRolloutsInProgress }}
+- --rollout-timeout={{ $r.rolloutTimeout }}
 - --log-level={{ $r.logLevel }}
 {{- if $r.logFormat }}
 - --log-format={{ $r.logFormat }}

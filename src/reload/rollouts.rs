@@ -1,0 +1,429 @@
+//! `--max-rollouts-in-progress`: at most N workloads whose rollout rekindle started have not finished;
+//! owed reloads past that wait, in the order their changes arrived.
+//!
+//! A rollout counts from the moment the writer takes its slot until the workload watch shows the kind's
+//! own status finished or failed (`core::rollout`) for the generation rekindle wrote, or until
+//! `--rollout-timeout`. What counts lives in memory: a replica that begins to lead cannot tell who
+//! started a rollout still running, so it counts every unfinished rollout of the workloads it indexes
+//! (the budget is never exceeded across a restart or a leader change; such a rollout frees its slot
+//! when it finishes or times out).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::lease::Leadership;
+use super::queue::{Deferred, Queue};
+use crate::core::rollout::{self, Failure, Progress};
+use crate::index::WorkloadKey;
+use crate::metrics::{Metrics, ReasonLabels};
+
+/// How often slots are checked for a timeout, and at the latest how soon a freed slot is handed on.
+const TICK: Duration = Duration::from_secs(1);
+
+pub struct Rollouts {
+    /// 0: unlimited, and nothing is tracked.
+    max: usize,
+    timeout: Duration,
+    state: Mutex<State>,
+    freed: Notify,
+    metrics: Arc<Metrics>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The rollouts counted against the budget.
+    in_progress: HashMap<WorkloadKey, Slot>,
+    /// Every watched workload whose rollout has not finished, with its generation: what a replica
+    /// that begins to lead counts.
+    unfinished: HashMap<WorkloadKey, i64>,
+    /// Whether `in_progress` holds this leadership's count.
+    seeded: bool,
+}
+
+struct Slot {
+    since: Instant,
+    /// The generation whose rollout is awaited; `None` while the write is not made yet.
+    generation: Option<i64>,
+}
+
+/// What the writer may do with an owed reload.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admission {
+    Go,
+    /// The budget is used up: `in_progress` rollouts run, at most `max`.
+    Wait {
+        in_progress: usize,
+        max: usize,
+    },
+}
+
+impl Rollouts {
+    pub fn new(max: usize, timeout: Duration, metrics: Arc<Metrics>) -> Arc<Self> {
+        if max > 0 {
+            for reason in Failure::ALL {
+                let _ = metrics.rollouts_failed.get_or_create(&ReasonLabels {
+                    reason: reason.label().into(),
+                });
+            }
+        }
+        Arc::new(Self {
+            max,
+            timeout,
+            state: Mutex::default(),
+            freed: Notify::new(),
+            metrics,
+        })
+    }
+
+    /// Whether reloads of this workload take a slot.
+    pub fn enabled_for(&self, key: &WorkloadKey) -> bool {
+        self.max > 0 && rollout::tracked(key.kind)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_gauge(&self, state: &State) {
+        self.metrics
+            .rollouts_in_progress
+            .set(state.in_progress.len() as i64);
+    }
+
+    /// Takes a slot for `key` if one is free for it: `earlier` workloads deferred before it go first.
+    /// A workload whose own rollout still runs keeps its slot.
+    pub fn admit(&self, key: &WorkloadKey, earlier: usize) -> Admission {
+        if !self.enabled_for(key) {
+            return Admission::Go;
+        }
+        let mut state = self.lock();
+        let in_progress = state.in_progress.len();
+        let free = self.max.saturating_sub(in_progress);
+        if state.in_progress.contains_key(key) {
+            return Admission::Go;
+        }
+        if earlier >= free {
+            return Admission::Wait {
+                in_progress,
+                max: self.max,
+            };
+        }
+        state.in_progress.insert(
+            key.clone(),
+            Slot {
+                since: Instant::now(),
+                generation: None,
+            },
+        );
+        self.set_gauge(&state);
+        Admission::Go
+    }
+
+    /// The reload was written: its slot now awaits the rollout of the generation written.
+    pub fn written(&self, key: &WorkloadKey, obj: &Value) {
+        if !self.enabled_for(key) {
+            return;
+        }
+        let mut state = self.lock();
+        state.in_progress.insert(
+            key.clone(),
+            Slot {
+                since: Instant::now(),
+                generation: Some(rollout::generation(obj)),
+            },
+        );
+        self.set_gauge(&state);
+    }
+
+    /// The reload was not written (nothing to do, gone, failed, not leading): its slot is free again.
+    pub fn release(&self, key: &WorkloadKey) {
+        if !self.enabled_for(key) {
+            return;
+        }
+        let mut state = self.lock();
+        if state
+            .in_progress
+            .get(key)
+            .is_some_and(|s| s.generation.is_none())
+        {
+            state.in_progress.remove(key);
+            self.set_gauge(&state);
+            drop(state);
+            self.freed.notify_one();
+        }
+    }
+
+    /// The watch saw the workload: a rollout that finished or failed frees its slot.
+    pub fn observe(&self, key: &WorkloadKey, obj: &Value) {
+        if !self.enabled_for(key) {
+            return;
+        }
+        let progress = rollout::progress(key.kind, obj);
+        let generation = rollout::generation(obj);
+        let mut state = self.lock();
+        if progress == Progress::Progressing {
+            state.unfinished.insert(key.clone(), generation);
+            return;
+        }
+        state.unfinished.remove(key);
+        let done = state
+            .in_progress
+            .get(key)
+            .and_then(|s| s.generation)
+            .is_some_and(|awaited| generation >= awaited);
+        if !done {
+            return;
+        }
+        state.in_progress.remove(key);
+        self.set_gauge(&state);
+        drop(state);
+        if let Progress::Failed(reason) = progress {
+            self.failed(key, reason);
+        } else {
+            tracing::debug!(workload = %key, "rollout finished");
+        }
+        self.freed.notify_one();
+    }
+
+    /// The workload is gone.
+    pub fn forget(&self, key: &WorkloadKey) {
+        if !self.enabled_for(key) {
+            return;
+        }
+        let mut state = self.lock();
+        state.unfinished.remove(key);
+        if state.in_progress.remove(key).is_some() {
+            self.set_gauge(&state);
+            drop(state);
+            self.freed.notify_one();
+        }
+    }
+
+    fn failed(&self, key: &WorkloadKey, reason: Failure) {
+        tracing::warn!(workload = %key, reason = reason.label(), "rollout failed");
+        self.metrics
+            .rollouts_failed
+            .get_or_create(&ReasonLabels {
+                reason: reason.label().into(),
+            })
+            .inc();
+    }
+
+    /// Rollouts counted against the budget.
+    pub fn in_progress(&self) -> usize {
+        self.lock().in_progress.len()
+    }
+
+    /// While leading: counts what runs when leadership begins, times slots out, and hands each freed
+    /// slot to the workload deferred longest. Returns at once when the budget is unlimited.
+    pub async fn run(
+        self: Arc<Self>,
+        queue: Arc<Queue>,
+        leadership: Leadership,
+        stop: CancellationToken,
+    ) {
+        if self.max == 0 {
+            return;
+        }
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(TICK) => {}
+                _ = self.freed.notified() => {}
+                _ = stop.cancelled() => return,
+            }
+            let free = self.tick(leadership.is_leader(), Instant::now());
+            if free > 0 {
+                queue.wake_deferred(Deferred::Budget, free);
+            }
+        }
+    }
+
+    /// One check at `now`; how many slots are free.
+    fn tick(&self, leading: bool, now: Instant) -> usize {
+        let mut state = self.lock();
+        if !leading {
+            state.in_progress.clear();
+            state.seeded = false;
+            self.set_gauge(&state);
+            return 0;
+        }
+        if !state.seeded {
+            let running: Vec<(WorkloadKey, i64)> = state
+                .unfinished
+                .iter()
+                .map(|(k, g)| (k.clone(), *g))
+                .collect();
+            if !running.is_empty() {
+                tracing::info!(
+                    rollouts = running.len(),
+                    "counting the rollouts running as this replica begins to lead"
+                );
+            }
+            for (key, generation) in running {
+                state.in_progress.entry(key).or_insert(Slot {
+                    since: now,
+                    generation: Some(generation),
+                });
+            }
+            state.seeded = true;
+        }
+        let timed_out: Vec<WorkloadKey> = state
+            .in_progress
+            .iter()
+            .filter(|(_, s)| s.generation.is_some() && now >= s.since + self.timeout)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &timed_out {
+            state.in_progress.remove(key);
+        }
+        let free = self.max.saturating_sub(state.in_progress.len());
+        self.set_gauge(&state);
+        drop(state);
+        for key in &timed_out {
+            self.failed(key, Failure::Timeout);
+        }
+        free
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::WorkloadKind;
+    use serde_json::json;
+
+    fn key(name: &str) -> WorkloadKey {
+        WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    fn rollouts(max: usize) -> Arc<Rollouts> {
+        let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
+        Rollouts::new(max, Duration::from_secs(600), metrics)
+    }
+
+    fn deployment(generation: i64, finished: bool) -> serde_json::Value {
+        let reason = if finished {
+            "NewReplicaSetAvailable"
+        } else {
+            "ReplicaSetUpdated"
+        };
+        json!({"metadata": {"generation": generation}, "spec": {"replicas": 1}, "status": {
+            "observedGeneration": generation, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1,
+            "conditions": [{"type": "Progressing", "reason": reason}]}})
+    }
+
+    fn failed(generation: i64) -> serde_json::Value {
+        json!({"metadata": {"generation": generation}, "status": {"observedGeneration": generation,
+            "conditions": [{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}]}})
+    }
+
+    #[test]
+    fn a_slot_is_held_from_admission_until_the_written_generation_finishes() {
+        let r = rollouts(1);
+        assert_eq!(r.admit(&key("a"), 0), Admission::Go);
+        assert_eq!(
+            r.admit(&key("b"), 0),
+            Admission::Wait {
+                in_progress: 1,
+                max: 1
+            }
+        );
+        // The object as it was before the write (finished) does not free the slot.
+        r.observe(&key("a"), &deployment(1, true));
+        assert_eq!(r.in_progress(), 1);
+        r.written(&key("a"), &deployment(2, false));
+        r.observe(&key("a"), &deployment(1, true));
+        r.observe(&key("a"), &deployment(2, false));
+        assert_eq!(r.in_progress(), 1);
+        r.observe(&key("a"), &deployment(2, true));
+        assert_eq!(r.in_progress(), 0);
+        assert_eq!(r.admit(&key("b"), 0), Admission::Go);
+    }
+
+    #[test]
+    fn earlier_deferred_workloads_go_first() {
+        let r = rollouts(2);
+        assert_eq!(r.admit(&key("a"), 0), Admission::Go);
+        // One slot free, one workload deferred before this one: it waits.
+        assert!(matches!(r.admit(&key("b"), 1), Admission::Wait { .. }));
+        assert_eq!(r.admit(&key("b"), 0), Admission::Go);
+    }
+
+    #[test]
+    fn a_reload_not_written_frees_its_slot_and_a_written_one_keeps_it() {
+        let r = rollouts(1);
+        r.admit(&key("a"), 0);
+        r.release(&key("a"));
+        assert_eq!(r.in_progress(), 0);
+        r.admit(&key("a"), 0);
+        r.written(&key("a"), &deployment(2, false));
+        r.release(&key("a"));
+        assert_eq!(r.in_progress(), 1);
+        // Reloaded again while its rollout runs: it keeps its one slot.
+        assert_eq!(r.admit(&key("a"), 0), Admission::Go);
+        assert_eq!(r.in_progress(), 1);
+    }
+
+    #[test]
+    fn a_failed_rollout_frees_its_slot_and_is_counted() {
+        let r = rollouts(1);
+        r.admit(&key("a"), 0);
+        r.written(&key("a"), &deployment(2, false));
+        r.observe(&key("a"), &failed(2));
+        assert_eq!(r.in_progress(), 0);
+        let failed = r
+            .metrics
+            .rollouts_failed
+            .get_or_create(&ReasonLabels {
+                reason: "progress_deadline".into(),
+            })
+            .get();
+        assert_eq!(failed, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rollout_that_outlives_the_timeout_frees_its_slot() {
+        let r = rollouts(1);
+        r.admit(&key("a"), 0);
+        r.written(&key("a"), &deployment(2, false));
+        let now = Instant::now();
+        assert_eq!(r.tick(true, now + Duration::from_secs(599)), 0);
+        assert_eq!(r.tick(true, now + Duration::from_secs(600)), 1);
+        assert_eq!(r.in_progress(), 0);
+    }
+
+    #[test]
+    fn a_new_leader_counts_the_rollouts_already_running() {
+        let r = rollouts(2);
+        r.observe(&key("a"), &deployment(3, false));
+        r.observe(&key("b"), &deployment(1, true));
+        assert_eq!(r.tick(false, Instant::now()), 0);
+        assert_eq!(r.tick(true, Instant::now()), 1);
+        assert_eq!(r.in_progress(), 1);
+        r.observe(&key("a"), &deployment(3, true));
+        assert_eq!(r.in_progress(), 0);
+        // Losing the lead forgets the count; the next leadership counts afresh.
+        r.admit(&key("c"), 0);
+        r.tick(false, Instant::now());
+        assert_eq!(r.in_progress(), 0);
+    }
+
+    #[test]
+    fn unlimited_tracks_nothing() {
+        let r = rollouts(0);
+        assert_eq!(r.admit(&key("a"), 5), Admission::Go);
+        r.observe(&key("a"), &deployment(3, false));
+        assert_eq!(r.in_progress(), 0);
+        assert!(r.lock().unfinished.is_empty());
+    }
+}
