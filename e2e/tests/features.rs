@@ -3,14 +3,14 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use e2e::fixtures::{deployment, generation};
+use e2e::fixtures::{deployment, env_value, generation};
 use e2e::rekindle::{Options, Rekindle};
 use e2e::{
     admin_client, apply_value, apply_yaml, dynamic_api, expect_replica_sets, get_json,
     replica_sets, wait_for, wait_replica_sets, TestNamespace, TIMEOUT,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
@@ -1096,18 +1096,8 @@ async fn the_rollout_budget_bounds_the_rollouts_in_progress() -> Result<()> {
     }
     rk.wait_indexed(fleet.len() as f64).await?;
     let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
-    let snapshot = || async {
-        let list = deployments.list(&ListParams::default()).await?;
-        list.items
-            .into_iter()
-            .map(|d| Ok(serde_json::to_value(d)?))
-            .collect::<Result<Vec<Value>>>()
-    };
-    wait_for("the fleet's first rollouts to finish", TIMEOUT, || async {
-        let all = snapshot().await?;
-        Ok((all.len() == fleet.len() && all.iter().all(rollout_finished)).then_some(()))
-    })
-    .await?;
+    let snapshot = || all_deployments(&deployments);
+    wait_rollouts_finished(&deployments, fleet.len()).await?;
 
     change_cm(&client, &ns.name, "app-config", "budgeted").await?;
     let deferred = "rekindle_reloads_deferred{reason=\"budget\"}";
@@ -1153,4 +1143,189 @@ async fn the_rollout_budget_bounds_the_rollouts_in_progress() -> Result<()> {
     })
     .await?;
     Ok(())
+}
+
+/// Every Deployment of the namespace, from one LIST (one resourceVersion).
+async fn all_deployments(api: &Api<DynamicObject>) -> Result<Vec<Value>> {
+    let list = api.list(&ListParams::default()).await?;
+    list.items
+        .into_iter()
+        .map(|d| Ok(serde_json::to_value(d)?))
+        .collect()
+}
+
+async fn wait_rollouts_finished(api: &Api<DynamicObject>, count: usize) -> Result<()> {
+    wait_for("the Deployments' rollouts to finish", TIMEOUT, || async {
+        let all = all_deployments(api).await?;
+        Ok((all.len() == count && all.iter().all(rollout_finished)).then_some(()))
+    })
+    .await
+}
+
+const HALTED: &str = "/metadata/annotations/rekindle.io~1reload-halted";
+
+/// Canaries and halts: a canary whose new pods are refused (a ValidatingAdmissionPolicy admits only
+/// the configuration it started with) fails its rollout at its progress deadline; the change is
+/// halted (the annotation, a Warning Event, the metric) and the other workloads wait. When the canary
+/// recovers (the policy goes), the halt ends and each of the others reloads once.
+#[tokio::test]
+async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-canary").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--reload-debounce=0"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    let mut canary = deployment("canary")
+        .annotations(
+            json!({"reloader.stakater.com/auto": "true", "rekindle.io/reload-canary": "true"}),
+        )
+        .uses_configmap("app-config")
+        .build();
+    canary["spec"]["progressDeadlineSeconds"] = json!(5);
+    apply_value(&client, Some(&ns.name), canary).await?;
+    for name in ["b", "c"] {
+        deployment(name)
+            .auto()
+            .uses_configmap("app-config")
+            .apply(&client, &ns.name)
+            .await?;
+    }
+    rk.wait_indexed(3.0).await?;
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    wait_rollouts_finished(&deployments, 3).await?;
+    let stamped = env_value(&get_json(&deployments, "canary").await?, MARKER_ENV)
+        .ok_or_else(|| anyhow::anyhow!("the canary was not stamped"))?;
+    let policy = refuse_new_canary_pods(&client, &ns.name, &stamped).await?;
+
+    change_cm(&client, &ns.name, "app-config", "broken").await?;
+    let halted = wait_for("the canary's halt", Duration::from_secs(90), || async {
+        let c = get_json(&deployments, "canary").await?;
+        Ok(c.pointer(HALTED).and_then(Value::as_str).map(String::from))
+    })
+    .await?;
+    let halt: Value = serde_json::from_str(&halted)?;
+    assert_eq!(halt["reason"], "progress_deadline", "{halt}");
+    assert_eq!(halt["changes"][0]["kind"], "ConfigMap", "{halt}");
+    assert_eq!(halt["changes"][0]["name"], "app-config", "{halt}");
+    wait_for("the others to wait for the halt", TIMEOUT, || async {
+        let waiting = rk
+            .metric("rekindle_reloads_deferred{reason=\"halt\"}")
+            .await?;
+        Ok((waiting == 2.0).then_some(()))
+    })
+    .await?;
+    assert_eq!(rk.metric("rekindle_reloads_halted ").await?, 1.0);
+    assert_eq!(rk.metric("rekindle_reload_halts_total ").await?, 1.0);
+    for name in ["b", "c"] {
+        assert_eq!(
+            generation(&get_json(&deployments, name).await?),
+            1,
+            "{name} waits"
+        );
+    }
+    let halts = Api::<Event>::namespaced(client.clone(), &ns.name)
+        .list(&ListParams::default().fields("reason=ReloadHalted"))
+        .await?;
+    assert_eq!(halts.items.len(), 1, "{halts:#?}");
+    assert_eq!(
+        halts.items[0].involved_object.name.as_deref(),
+        Some("canary")
+    );
+    assert_eq!(halts.items[0].type_.as_deref(), Some("Warning"));
+
+    // The canary recovers: its new pod is admitted, its rollout finishes, the halt ends.
+    policy.remove(&client).await?;
+    wait_for(
+        "the halt to end and the others to reload",
+        Duration::from_secs(120),
+        || async {
+            let all = all_deployments(&deployments).await?;
+            let reloaded = |d: &Value| env_value(d, MARKER_ENV) != Some(stamped.clone());
+            let done = all.iter().all(|d| reloaded(d) && rollout_finished(d))
+                && all.iter().all(|d| d.pointer(HALTED).is_none());
+            Ok(done.then_some(()))
+        },
+    )
+    .await?;
+    rk.settled(0.0).await?;
+    // Annotation writes count as generations of a Deployment: the canary's template changed once,
+    // so it has one ReplicaSet for its start and one for the reload.
+    expect_replica_sets(&client, &ns.name, "canary", 2).await?;
+    for name in ["b", "c"] {
+        assert_eq!(
+            generation(&get_json(&deployments, name).await?),
+            2,
+            "{name} reloaded once"
+        );
+    }
+    assert_eq!(rk.metric("rekindle_reloads_halted ").await?, 0.0);
+    Ok(())
+}
+
+const MARKER_ENV: &str = "STAKATER_APP_CONFIG_CONFIGMAP";
+
+/// A cluster-wide admission policy, bound to one namespace, removed when the test is done with it.
+struct Policy(String);
+
+impl Policy {
+    async fn remove(self, client: &Client) -> Result<()> {
+        for kind in [
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+        ] {
+            dynamic_api(client, "admissionregistration.k8s.io/v1", kind, None)
+                .await?
+                .delete(&self.0, &DeleteParams::default())
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Refuses, in `ns`, pods of the `canary` Deployment whose config marker is not `stamped`.
+async fn refuse_new_canary_pods(client: &Client, ns: &str, stamped: &str) -> Result<Policy> {
+    let name = format!("refuse-canary-{ns}");
+    let allowed = format!(
+        "!has(object.metadata.labels) || object.metadata.labels[?'app'].orValue('') != 'canary' || \
+         (has(object.spec.containers[0].env) && object.spec.containers[0].env.exists(e, e.name == '{MARKER_ENV}' && has(e.value) && e.value == '{stamped}'))"
+    );
+    apply_value(
+        client,
+        None,
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["pods"]}]},
+                "validations": [{"expression": allowed, "message": "the canary's new configuration is refused"}],
+            },
+        }),
+    )
+    .await?;
+    apply_value(
+        client,
+        None,
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}},
+            },
+        }),
+    )
+    .await?;
+    // The apiserver loads policies asynchronously.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Ok(Policy(name))
 }

@@ -198,6 +198,7 @@ async fn run(config: Config) -> Result<()> {
     let rollouts = Rollouts::new(
         config.max_rollouts_in_progress,
         config.rollout_timeout,
+        config.halt_on_failed_rollout,
         metrics.clone(),
     );
     // What a change leads to, decided once: reloads (stamps, catch-up, queue and writer), or with
@@ -262,11 +263,7 @@ async fn run(config: Config) -> Result<()> {
                 &leadership,
                 rollouts.clone(),
             )?;
-            tokio::spawn(rollouts.clone().run(
-                triggers.queue().clone(),
-                leadership.clone(),
-                shutdown.clone(),
-            ));
+            tokio::spawn(writer.clone().supervise_rollouts(shutdown.clone()));
             tokio::spawn(warm::keep_warm(
                 write_client.clone(),
                 warm::INTERVAL,

@@ -66,6 +66,11 @@ impl Collector for SizesCollector {
                 in_flight,
             ),
             (
+                "rekindle_reloads_halted",
+                "Workloads carrying a halt (rekindle.io/reload-halted): the reloads owed for its changes wait",
+                self.index.halted().len() as i64,
+            ),
+            (
                 "rekindle_leader",
                 "1 while this replica is the one that writes",
                 i64::from(self.leadership.is_leader()),
@@ -82,7 +87,7 @@ impl Collector for SizesCollector {
         encode_labelled_gauges(
             &mut encoder,
             "rekindle_reloads_deferred",
-            "Workloads owed a reload that waits, by reason (window: outside its reload window)",
+            "Workloads owed a reload that waits, by reason (window, budget, canary, halt)",
             "reason",
             deferred,
         )

@@ -256,6 +256,10 @@ pub struct ServerArgs {
     /// failed and frees its slot.
     #[arg(long, default_value = "10m", value_parser = positive_duration)]
     pub rollout_timeout: Duration,
+    /// When a rollout rekindle started for a change fails, halt the reloads still owed for that change
+    /// (a canary's failure always halts).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub halt_on_failed_rollout: bool,
     /// Admission webhook (TLS) listen address.
     #[arg(long, default_value = ":9443", value_parser = listen_addr)]
     pub webhook_addr: SocketAddr,
@@ -335,6 +339,7 @@ pub struct Config {
     /// 0: unlimited.
     pub max_rollouts_in_progress: usize,
     pub rollout_timeout: Duration,
+    pub halt_on_failed_rollout: bool,
     pub webhook_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub tls_cert_file: Option<PathBuf>,
@@ -598,6 +603,7 @@ impl Config {
             reload_window: args.reload_window.clone(),
             max_rollouts_in_progress: args.max_rollouts_in_progress,
             rollout_timeout: args.rollout_timeout,
+            halt_on_failed_rollout: args.halt_on_failed_rollout,
             webhook_addr: args.webhook_addr,
             admin_addr: args.admin_addr,
             tls_cert_file: args.tls_cert_file.clone(),

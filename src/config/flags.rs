@@ -147,6 +147,10 @@ pub const FLAGS: &[(&str, Chart)] = &[
         Chart::Value("rekindle.maxRolloutsInProgress"),
     ),
     ("rollout-timeout", Chart::Value("rekindle.rolloutTimeout")),
+    (
+        "halt-on-failed-rollout",
+        Chart::Value("rekindle.haltOnFailedRollout"),
+    ),
     ("webhook-addr", Chart::Port("webhook.port")),
     ("admin-addr", Chart::Port("metrics.port")),
     ("tls-cert-file", Chart::Derived),

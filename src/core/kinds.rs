@@ -6,7 +6,9 @@ use std::str::FromStr;
 use kube::core::{ApiResource, GroupVersionKind};
 
 /// A kind of configuration resource that can trigger a reload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum ResourceKind {
     ConfigMap,
     Secret,

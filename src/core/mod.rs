@@ -14,6 +14,7 @@ pub mod pause;
 pub mod plan;
 pub mod policy;
 pub mod refs;
+pub mod release;
 pub mod rollout;
 pub mod skeleton;
 pub mod window;

@@ -7,9 +7,10 @@ use super::refs;
 use super::WorkloadKind;
 
 /// Where a rollout stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Progress {
     /// Every replica runs the current template and is available.
+    #[default]
     Finished,
     /// Still rolling (or the controller has not seen the latest spec yet).
     Progressing,

@@ -12,7 +12,7 @@ mod changes;
 mod dependents;
 mod workload;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,7 @@ pub use workload::WorkloadEntry;
 
 use crate::core::policy::ResourceFlags;
 use crate::core::refs::ResourceRef;
+use crate::core::release::Release;
 use crate::core::{ResourceKind, WorkloadKind};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -79,9 +80,20 @@ struct State {
     /// Namespaces' `rekindle.io/reload-window` annotations (of those that have one): the default
     /// window of their workloads.
     namespace_windows: HashMap<String, Box<str>>,
+    /// Confirmed workloads that are canaries or carry a halt: the few a reload's release order
+    /// looks at.
+    marked: HashSet<WorkloadKey>,
 }
 
 impl State {
+    fn mark(&mut self, key: &WorkloadKey, entry: &WorkloadEntry) {
+        if entry.release.marked() {
+            self.marked.insert(key.clone());
+        } else {
+            self.marked.remove(key);
+        }
+    }
+
     /// The references whose marker on the workload differs from the resource's current hash.
     fn stale_refs<'a>(
         &'a self,
@@ -204,6 +216,7 @@ impl Index {
             return false;
         }
         let provisional = state.provisional.remove(&key).map(|(e, _)| e);
+        state.mark(&key, &entry);
         let old = state.workloads.insert(key.clone(), entry.clone());
         state.dependents.link(&key, &entry);
         for old in old.iter().chain(provisional.iter()) {
@@ -223,6 +236,7 @@ impl Index {
         if entry.older_than(current) {
             return;
         }
+        state.mark(key, &entry);
         let old = state.workloads.insert(key.clone(), entry.clone());
         state.dependents.link(key, &entry);
         if let Some(old) = old {
@@ -232,6 +246,7 @@ impl Index {
 
     pub fn delete_workload(&self, key: &WorkloadKey) {
         let mut state = self.write();
+        state.marked.remove(key);
         let old = state.workloads.remove(key);
         let provisional = state.provisional.remove(key).map(|(e, _)| e);
         for old in old.iter().chain(provisional.iter()) {
@@ -478,6 +493,52 @@ impl Index {
         }
         out.sort();
         out
+    }
+
+    /// Whether any workload is a canary or carries a halt (else the release order has nothing to do).
+    pub fn has_release_marks(&self) -> bool {
+        !self.read().marked.is_empty()
+    }
+
+    /// The canaries and halted workloads in `namespace` that may depend on `r`, each with its
+    /// release state and its marker for `r`.
+    pub fn release_peers(
+        &self,
+        namespace: &str,
+        r: &ResourceRef,
+    ) -> Vec<(WorkloadKey, Release, Option<Box<str>>)> {
+        let state = self.read();
+        state
+            .marked
+            .iter()
+            .filter(|k| k.namespace == namespace)
+            .filter_map(|k| {
+                let e = state.workloads.get(k)?;
+                e.may_depend_on(r.kind, &r.name)
+                    .then(|| (k.clone(), e.release.clone(), e.marker(r).map(Into::into)))
+            })
+            .collect()
+    }
+
+    /// The canary, halt and rollout progress of a confirmed workload.
+    pub fn release_of(&self, key: &WorkloadKey) -> Option<Release> {
+        Some(self.read().workloads.get(key)?.release.clone())
+    }
+
+    /// The workloads carrying a halt, with their release state.
+    pub fn halted(&self) -> Vec<(WorkloadKey, Release)> {
+        let state = self.read();
+        state
+            .marked
+            .iter()
+            .filter_map(|k| {
+                let e = state.workloads.get(k)?;
+                e.release
+                    .halted
+                    .is_some()
+                    .then(|| (k.clone(), e.release.clone()))
+            })
+            .collect()
     }
 
     pub fn sizes(&self) -> IndexSizes {

@@ -5,6 +5,7 @@ use serde_json::Value;
 use crate::core::plan::{current_marker, PlanConfig};
 use crate::core::policy::{AnnotationKeys, WorkloadPolicy};
 use crate::core::refs::{self, ResourceRef};
+use crate::core::release::Release;
 use crate::core::skeleton;
 use crate::core::{ResourceKind, WorkloadKind};
 
@@ -24,6 +25,8 @@ pub struct WorkloadEntry {
     /// The object's resourceVersion when it is a number (etcd's always are), so an older watch event
     /// never replaces what the writer's PATCH response already recorded.
     pub resource_version: Option<u64>,
+    /// Canary, halt and rollout progress of a stored object (defaults for admission's records).
+    pub release: Release,
 }
 
 impl WorkloadEntry {
@@ -111,6 +114,7 @@ impl WorkloadEntry {
         self.resource_version = refs::at(obj, "/metadata/resourceVersion")
             .and_then(Value::as_str)
             .and_then(|rv| rv.parse().ok());
+        self.release = Release::of(obj, kind);
         self
     }
 

@@ -173,6 +173,7 @@ pub struct Metrics {
     pub invalid_annotations: Counter,
     pub rollouts_in_progress: Gauge,
     pub rollouts_failed: Family<ReasonLabels, Counter>,
+    pub reload_halts: Counter,
     pub ready: Gauge,
     pub tls_cert_not_after: Gauge,
     pub reconcile: Family<ResultLabels, Counter>,
@@ -229,6 +230,7 @@ impl Metrics {
             invalid_annotations: Counter::default(),
             rollouts_in_progress: Gauge::default(),
             rollouts_failed: Family::default(),
+            reload_halts: Counter::default(),
             ready: Gauge::default(),
             tls_cert_not_after: Gauge::default(),
             reconcile: Family::default(),
@@ -270,6 +272,7 @@ impl Metrics {
             "rekindle_invalid_annotations", "Invalid annotations reported as Warning Events" => m.invalid_annotations;
             "rekindle_rollouts_in_progress", "Rollouts counted against --max-rollouts-in-progress (started by rekindle, or running when this replica began to lead)" => m.rollouts_in_progress;
             "rekindle_rollouts_failed", "Rollouts counted against --max-rollouts-in-progress that failed, by reason (progress_deadline, degraded, timeout)" => m.rollouts_failed;
+            "rekindle_reload_halts", "Changes halted because a rollout rekindle started for them failed (rekindle.io/reload-halted written)" => m.reload_halts;
             "rekindle_ready", "1 when every watch has synced" => m.ready;
             "rekindle_tls_cert_not_after_timestamp_seconds", "Expiry of the webhook certificate being served" => m.tls_cert_not_after;
             "reloader_reconcile", "Resource changes handled (dependents looked up in the index and queued), by result" => m.reconcile;

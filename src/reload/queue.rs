@@ -41,15 +41,26 @@ pub enum Deferred {
     Window,
     /// `--max-rollouts-in-progress` rollouts have not finished.
     Budget,
+    /// A canary owed the same change has not finished its rollout healthy.
+    Canary,
+    /// The change is halted: a rollout rekindle started for it failed.
+    Halt,
 }
 
 impl Deferred {
-    pub const ALL: [Deferred; 2] = [Deferred::Window, Deferred::Budget];
+    pub const ALL: [Deferred; 4] = [
+        Deferred::Window,
+        Deferred::Budget,
+        Deferred::Canary,
+        Deferred::Halt,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             Deferred::Window => "window",
             Deferred::Budget => "budget",
+            Deferred::Canary => "canary",
+            Deferred::Halt => "halt",
         }
     }
 }

@@ -1,5 +1,6 @@
-//! `--max-rollouts-in-progress`: at most N workloads whose rollout rekindle started have not finished;
-//! owed reloads past that wait, in the order their changes arrived.
+//! The rollouts rekindle started, followed to their end: `--max-rollouts-in-progress` (at most N
+//! unfinished; owed reloads past that wait, in the order their changes arrived), and the failures that
+//! halt a change (`--halt-on-failed-rollout`, and always a canary's).
 //!
 //! A rollout counts from the moment the writer takes its slot until the workload watch shows the kind's
 //! own status finished or failed (`core::rollout`) for the generation rekindle wrote, or until
@@ -15,24 +16,34 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
-use super::lease::Leadership;
-use super::queue::{Deferred, Queue};
+use crate::core::release::HaltedChange;
 use crate::core::rollout::{self, Failure, Progress};
 use crate::index::WorkloadKey;
 use crate::metrics::{Metrics, ReasonLabels};
 
-/// How often slots are checked for a timeout, and at the latest how soon a freed slot is handed on.
-const TICK: Duration = Duration::from_secs(1);
-
 pub struct Rollouts {
-    /// 0: unlimited, and nothing is tracked.
+    /// 0: unlimited.
     max: usize,
     timeout: Duration,
+    /// `--halt-on-failed-rollout`: follow every rollout rekindle starts (else only with a budget, and
+    /// canaries').
+    halt_on_failure: bool,
     state: Mutex<State>,
-    freed: Notify,
+    /// A slot was freed or a rollout failed.
+    pub(super) changed: Notify,
     metrics: Arc<Metrics>,
+}
+
+/// A rollout rekindle started that failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedRollout {
+    pub key: WorkloadKey,
+    pub reason: Failure,
+    /// The changes it was written for.
+    pub changes: Vec<HaltedChange>,
+    /// Whether it halts them: always for a canary, else with `--halt-on-failed-rollout`.
+    pub halts: bool,
 }
 
 #[derive(Default)]
@@ -44,12 +55,27 @@ struct State {
     unfinished: HashMap<WorkloadKey, i64>,
     /// Whether `in_progress` holds this leadership's count.
     seeded: bool,
+    /// Failures not yet handed to the writer.
+    failed: Vec<FailedRollout>,
 }
 
 struct Slot {
     since: Instant,
     /// The generation whose rollout is awaited; `None` while the write is not made yet.
     generation: Option<i64>,
+    changes: Vec<HaltedChange>,
+    canary: bool,
+}
+
+impl Slot {
+    fn reserved(since: Instant) -> Self {
+        Self {
+            since,
+            generation: None,
+            changes: Vec::new(),
+            canary: false,
+        }
+    }
 }
 
 /// What the writer may do with an owed reload.
@@ -64,8 +90,13 @@ pub enum Admission {
 }
 
 impl Rollouts {
-    pub fn new(max: usize, timeout: Duration, metrics: Arc<Metrics>) -> Arc<Self> {
-        if max > 0 {
+    pub fn new(
+        max: usize,
+        timeout: Duration,
+        halt_on_failure: bool,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        if max > 0 || halt_on_failure {
             for reason in Failure::ALL {
                 let _ = metrics.rollouts_failed.get_or_create(&ReasonLabels {
                     reason: reason.label().into(),
@@ -75,15 +106,20 @@ impl Rollouts {
         Arc::new(Self {
             max,
             timeout,
+            halt_on_failure,
             state: Mutex::default(),
-            freed: Notify::new(),
+            changed: Notify::new(),
             metrics,
         })
     }
 
-    /// Whether reloads of this workload take a slot.
-    pub fn enabled_for(&self, key: &WorkloadKey) -> bool {
+    /// Whether reloads of this workload take a budget slot.
+    pub fn budget_for(&self, key: &WorkloadKey) -> bool {
         self.max > 0 && rollout::tracked(key.kind)
+    }
+
+    pub fn has_budget(&self) -> bool {
+        self.max > 0
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -99,7 +135,7 @@ impl Rollouts {
     /// Takes a slot for `key` if one is free for it: `earlier` workloads deferred before it go first.
     /// A workload whose own rollout still runs keeps its slot.
     pub fn admit(&self, key: &WorkloadKey, earlier: usize) -> Admission {
-        if !self.enabled_for(key) {
+        if !self.budget_for(key) {
             return Admission::Go;
         }
         let mut state = self.lock();
@@ -114,20 +150,24 @@ impl Rollouts {
                 max: self.max,
             };
         }
-        state.in_progress.insert(
-            key.clone(),
-            Slot {
-                since: Instant::now(),
-                generation: None,
-            },
-        );
+        state
+            .in_progress
+            .insert(key.clone(), Slot::reserved(Instant::now()));
         self.set_gauge(&state);
         Admission::Go
     }
 
-    /// The reload was written: its slot now awaits the rollout of the generation written.
-    pub fn written(&self, key: &WorkloadKey, obj: &Value) {
-        if !self.enabled_for(key) {
+    /// The reload was written for `changes`: its rollout (of the generation written) is followed when
+    /// it counts against the budget or a failure would halt it.
+    pub fn written(
+        &self,
+        key: &WorkloadKey,
+        obj: &Value,
+        changes: Vec<HaltedChange>,
+        canary: bool,
+    ) {
+        let followed = self.max > 0 || self.halt_on_failure || canary;
+        if !rollout::tracked(key.kind) || !followed {
             return;
         }
         let mut state = self.lock();
@@ -136,6 +176,8 @@ impl Rollouts {
             Slot {
                 since: Instant::now(),
                 generation: Some(rollout::generation(obj)),
+                changes,
+                canary,
             },
         );
         self.set_gauge(&state);
@@ -143,7 +185,7 @@ impl Rollouts {
 
     /// The reload was not written (nothing to do, gone, failed, not leading): its slot is free again.
     pub fn release(&self, key: &WorkloadKey) {
-        if !self.enabled_for(key) {
+        if !self.budget_for(key) {
             return;
         }
         let mut state = self.lock();
@@ -155,20 +197,22 @@ impl Rollouts {
             state.in_progress.remove(key);
             self.set_gauge(&state);
             drop(state);
-            self.freed.notify_one();
+            self.changed.notify_one();
         }
     }
 
     /// The watch saw the workload: a rollout that finished or failed frees its slot.
     pub fn observe(&self, key: &WorkloadKey, obj: &Value) {
-        if !self.enabled_for(key) {
+        if !rollout::tracked(key.kind) {
             return;
         }
         let progress = rollout::progress(key.kind, obj);
         let generation = rollout::generation(obj);
         let mut state = self.lock();
         if progress == Progress::Progressing {
-            state.unfinished.insert(key.clone(), generation);
+            if self.max > 0 {
+                state.unfinished.insert(key.clone(), generation);
+            }
             return;
         }
         state.unfinished.remove(key);
@@ -180,20 +224,20 @@ impl Rollouts {
         if !done {
             return;
         }
-        state.in_progress.remove(key);
+        let slot = state.in_progress.remove(key).expect("checked above");
         self.set_gauge(&state);
-        drop(state);
         if let Progress::Failed(reason) = progress {
-            self.failed(key, reason);
+            self.failed(&mut state, key.clone(), slot, reason);
         } else {
             tracing::debug!(workload = %key, "rollout finished");
         }
-        self.freed.notify_one();
+        drop(state);
+        self.changed.notify_one();
     }
 
     /// The workload is gone.
     pub fn forget(&self, key: &WorkloadKey) {
-        if !self.enabled_for(key) {
+        if !rollout::tracked(key.kind) {
             return;
         }
         let mut state = self.lock();
@@ -201,11 +245,11 @@ impl Rollouts {
         if state.in_progress.remove(key).is_some() {
             self.set_gauge(&state);
             drop(state);
-            self.freed.notify_one();
+            self.changed.notify_one();
         }
     }
 
-    fn failed(&self, key: &WorkloadKey, reason: Failure) {
+    fn failed(&self, state: &mut State, key: WorkloadKey, slot: Slot, reason: Failure) {
         tracing::warn!(workload = %key, reason = reason.label(), "rollout failed");
         self.metrics
             .rollouts_failed
@@ -213,6 +257,17 @@ impl Rollouts {
                 reason: reason.label().into(),
             })
             .inc();
+        state.failed.push(FailedRollout {
+            key,
+            reason,
+            halts: (self.halt_on_failure || slot.canary) && !slot.changes.is_empty(),
+            changes: slot.changes,
+        });
+    }
+
+    /// The failures since the last call.
+    pub fn take_failed(&self) -> Vec<FailedRollout> {
+        std::mem::take(&mut self.lock().failed)
     }
 
     /// Rollouts counted against the budget.
@@ -220,35 +275,13 @@ impl Rollouts {
         self.lock().in_progress.len()
     }
 
-    /// While leading: counts what runs when leadership begins, times slots out, and hands each freed
-    /// slot to the workload deferred longest. Returns at once when the budget is unlimited.
-    pub async fn run(
-        self: Arc<Self>,
-        queue: Arc<Queue>,
-        leadership: Leadership,
-        stop: CancellationToken,
-    ) {
-        if self.max == 0 {
-            return;
-        }
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(TICK) => {}
-                _ = self.freed.notified() => {}
-                _ = stop.cancelled() => return,
-            }
-            let free = self.tick(leadership.is_leader(), Instant::now());
-            if free > 0 {
-                queue.wake_deferred(Deferred::Budget, free);
-            }
-        }
-    }
-
-    /// One check at `now`; how many slots are free.
-    fn tick(&self, leading: bool, now: Instant) -> usize {
+    /// One check at `now` (the writer's, every second and whenever a slot is freed): while leading,
+    /// counts what runs when leadership begins and times rollouts out; how many budget slots are free.
+    pub fn tick(&self, leading: bool, now: Instant) -> usize {
         let mut state = self.lock();
         if !leading {
             state.in_progress.clear();
+            state.failed.clear();
             state.seeded = false;
             self.set_gauge(&state);
             return 0;
@@ -267,8 +300,8 @@ impl Rollouts {
             }
             for (key, generation) in running {
                 state.in_progress.entry(key).or_insert(Slot {
-                    since: now,
                     generation: Some(generation),
+                    ..Slot::reserved(now)
                 });
             }
             state.seeded = true;
@@ -279,16 +312,16 @@ impl Rollouts {
             .filter(|(_, s)| s.generation.is_some() && now >= s.since + self.timeout)
             .map(|(k, _)| k.clone())
             .collect();
-        for key in &timed_out {
-            state.in_progress.remove(key);
+        for key in timed_out {
+            if let Some(slot) = state.in_progress.remove(&key) {
+                self.failed(&mut state, key, slot, Failure::Timeout);
+            }
         }
-        let free = self.max.saturating_sub(state.in_progress.len());
         self.set_gauge(&state);
-        drop(state);
-        for key in &timed_out {
-            self.failed(key, Failure::Timeout);
+        if self.max == 0 {
+            return 0;
         }
-        free
+        self.max.saturating_sub(state.in_progress.len())
     }
 }
 
@@ -308,7 +341,7 @@ mod tests {
 
     fn rollouts(max: usize) -> Arc<Rollouts> {
         let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
-        Rollouts::new(max, Duration::from_secs(600), metrics)
+        Rollouts::new(max, Duration::from_secs(600), false, metrics)
     }
 
     fn deployment(generation: i64, finished: bool) -> serde_json::Value {
@@ -341,7 +374,7 @@ mod tests {
         // The object as it was before the write (finished) does not free the slot.
         r.observe(&key("a"), &deployment(1, true));
         assert_eq!(r.in_progress(), 1);
-        r.written(&key("a"), &deployment(2, false));
+        r.written(&key("a"), &deployment(2, false), vec![], false);
         r.observe(&key("a"), &deployment(1, true));
         r.observe(&key("a"), &deployment(2, false));
         assert_eq!(r.in_progress(), 1);
@@ -366,7 +399,7 @@ mod tests {
         r.release(&key("a"));
         assert_eq!(r.in_progress(), 0);
         r.admit(&key("a"), 0);
-        r.written(&key("a"), &deployment(2, false));
+        r.written(&key("a"), &deployment(2, false), vec![], false);
         r.release(&key("a"));
         assert_eq!(r.in_progress(), 1);
         // Reloaded again while its rollout runs: it keeps its one slot.
@@ -378,7 +411,7 @@ mod tests {
     fn a_failed_rollout_frees_its_slot_and_is_counted() {
         let r = rollouts(1);
         r.admit(&key("a"), 0);
-        r.written(&key("a"), &deployment(2, false));
+        r.written(&key("a"), &deployment(2, false), vec![], false);
         r.observe(&key("a"), &failed(2));
         assert_eq!(r.in_progress(), 0);
         let failed = r
@@ -395,7 +428,7 @@ mod tests {
     async fn a_rollout_that_outlives_the_timeout_frees_its_slot() {
         let r = rollouts(1);
         r.admit(&key("a"), 0);
-        r.written(&key("a"), &deployment(2, false));
+        r.written(&key("a"), &deployment(2, false), vec![], false);
         let now = Instant::now();
         assert_eq!(r.tick(true, now + Duration::from_secs(599)), 0);
         assert_eq!(r.tick(true, now + Duration::from_secs(600)), 1);
@@ -416,6 +449,40 @@ mod tests {
         r.admit(&key("c"), 0);
         r.tick(false, Instant::now());
         assert_eq!(r.in_progress(), 0);
+    }
+
+    fn change() -> Vec<HaltedChange> {
+        vec![HaltedChange {
+            kind: crate::core::ResourceKind::ConfigMap,
+            name: "cfg".into(),
+            hash: "h2".into(),
+        }]
+    }
+
+    #[test]
+    fn a_failed_canary_halts_its_changes_and_others_only_with_the_flag() {
+        let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
+        let plain = Rollouts::new(0, Duration::from_secs(600), false, metrics.clone());
+        plain.written(&key("web"), &deployment(2, false), change(), false);
+        assert_eq!(plain.in_progress(), 0, "nothing to follow it for");
+        plain.written(&key("canary"), &deployment(2, false), change(), true);
+        plain.observe(&key("canary"), &failed(2));
+        let failed = plain.take_failed();
+        assert_eq!(failed.len(), 1);
+        assert!(failed[0].halts);
+        assert_eq!(failed[0].changes, change());
+        assert!(plain.take_failed().is_empty(), "handed over once");
+
+        let halting = Rollouts::new(0, Duration::from_secs(600), true, metrics);
+        halting.written(&key("web"), &deployment(2, false), change(), false);
+        halting.observe(&key("web"), &deployment(2, true));
+        assert!(halting.take_failed().is_empty(), "it finished");
+        halting.written(&key("web"), &deployment(3, false), change(), false);
+        let now = Instant::now();
+        halting.tick(true, now + Duration::from_secs(601));
+        let failed = halting.take_failed();
+        assert_eq!(failed[0].reason, Failure::Timeout);
+        assert!(failed[0].halts);
     }
 
     #[test]

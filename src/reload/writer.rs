@@ -35,13 +35,15 @@ use tracing::Instrument;
 
 use super::error::WriteError;
 use super::queue::{Deferred, Finished, Pending, Queue};
-use super::rollouts::{Admission, Rollouts};
+use super::rollouts::{Admission, FailedRollout, Rollouts};
 use crate::core::job::{job_from_cronjob, strip_job};
 use crate::core::patch::{self, MarkerChange, Place};
 use crate::core::pause::{pause_ops, PauseDecision};
 use crate::core::plan::{self, Action, Change, Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
 use crate::core::refs::ResourceRef;
+use crate::core::release::{Halt, HaltedChange, HALTED_ANNOTATION};
+use crate::core::rollout::Progress;
 use crate::core::skeleton;
 use crate::core::window::{self, Windows};
 use crate::core::WorkloadKind;
@@ -70,6 +72,8 @@ pub fn stalled_for(queue: &Queue, leadership: &Leadership) -> Duration {
 const PATCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Tries at creating a Job again after deleting it (backoff to 5 s: about five minutes in all).
 const JOB_CREATE_RETRIES: usize = 60;
+/// How often a reload held back by a canary or a halt looks again.
+const RELEASE_RECHECK: Duration = Duration::from_secs(5);
 /// How long a reload deferred by the rollout budget waits if no freed slot wakes it first.
 const BUDGET_RECHECK: Duration = Duration::from_secs(60);
 /// Size of the set of invalid annotations already reported at which deleted workloads are forgotten.
@@ -113,6 +117,8 @@ struct Planned {
     working: Value,
     changes: Vec<MarkerChange>,
     reasons: Vec<ResourceRef>,
+    /// The reasons with the hashes planned: what a failed rollout of this reload halts.
+    halted_changes: Vec<HaltedChange>,
     action: Action,
 }
 
@@ -156,7 +162,7 @@ impl Writer {
             leadership,
             alerter: None,
             default_window: None,
-            rollouts: Rollouts::new(0, Duration::ZERO, metrics.clone()),
+            rollouts: Rollouts::new(0, Duration::ZERO, false, metrics.clone()),
             warned: Mutex::default(),
         }
     }
@@ -223,6 +229,10 @@ impl Writer {
         permit: Option<OwnedSemaphorePermit>,
     ) -> Finished {
         let pending = match self.outside_window(key, pending).await {
+            ControlFlow::Continue(pending) => pending,
+            ControlFlow::Break(deferred) => return deferred,
+        };
+        let pending = match self.held_by_release(key, pending).await {
             ControlFlow::Continue(pending) => pending,
             ControlFlow::Break(deferred) => return deferred,
         };
@@ -388,6 +398,235 @@ impl Writer {
         ControlFlow::Break(Finished::RequeueAfter { pending, after })
     }
 
+    /// Canaries first, and nothing for a halted change: a reload waits while a change it owes is halted
+    /// (a workload names it in `rekindle.io/reload-halted`), and a workload that is not a canary waits
+    /// while a canary owed the same change has not finished its rollout healthy.
+    async fn held_by_release(
+        &self,
+        key: &WorkloadKey,
+        mut pending: Pending,
+    ) -> ControlFlow<Finished, Pending> {
+        if !self.index.has_release_marks() {
+            return ControlFlow::Continue(pending);
+        }
+        let Some((reason, why)) = self.release_hold(key, &pending) else {
+            return ControlFlow::Continue(pending);
+        };
+        if pending.deferred != Some(reason) {
+            tracing::info!(%why, reason = reason.label(), "deferred");
+            let note = format!("Reload of {} '{}' deferred: {why}", key.kind, key.name);
+            let uid = self.uid_of(key);
+            self.publish(
+                key,
+                uid.as_deref(),
+                EventType::Normal,
+                "ReloadDeferred",
+                note,
+            )
+            .await;
+        }
+        pending.deferred = Some(reason);
+        ControlFlow::Break(Finished::RequeueAfter {
+            pending,
+            after: RELEASE_RECHECK,
+        })
+    }
+
+    /// Why the release order holds the workload's reload back, if it does.
+    fn release_hold(&self, key: &WorkloadKey, pending: &Pending) -> Option<(Deferred, String)> {
+        let own_canary = self.index.release_of(key).is_some_and(|r| r.canary);
+        for r in pending.causes.keys() {
+            let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
+            let Some(resource) = self.index.resource(&rk) else {
+                continue;
+            };
+            let hash = &*resource.hash;
+            for (peer, release, marker) in self.index.release_peers(&key.namespace, r) {
+                if let Some(halt) = release.halt().filter(|h| h.holds(r, hash)) {
+                    return Some((
+                        Deferred::Halt,
+                        format!(
+                            "the change of {} '{}' is halted: the rollout of {} '{}' failed ({}); see its {HALTED_ANNOTATION} annotation",
+                            r.kind.kind_name(), r.name, peer.kind, peer.name, halt.reason
+                        ),
+                    ));
+                }
+                if own_canary || !release.canary || peer == *key {
+                    continue;
+                }
+                let waiting = if marker.as_deref() == Some(hash) {
+                    (release.progress != Progress::Finished)
+                        .then_some("has not finished its rollout")
+                } else {
+                    self.owes(&peer, r, hash, resource.flags)
+                        .then_some("has not reloaded yet")
+                };
+                if let Some(what) = waiting {
+                    return Some((
+                        Deferred::Canary,
+                        format!(
+                            "canary {} '{}' {what} for the change of {} '{}'",
+                            peer.kind,
+                            peer.name,
+                            r.kind.kind_name(),
+                            r.name
+                        ),
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether `key` reloads for the change of `r` to `hash` (planned on its skeleton).
+    fn owes(&self, key: &WorkloadKey, r: &ResourceRef, hash: &str, flags: ResourceFlags) -> bool {
+        let Some((skeleton, _)) = self.index.skeleton(key) else {
+            return false;
+        };
+        let change = Change {
+            kind: r.kind,
+            name: &r.name,
+            namespace: &key.namespace,
+            hash,
+            flags,
+            event: Event::Update,
+        };
+        let now = jiff::Timestamp::now().as_second();
+        !plan::plan(&self.plan, &skeleton, key.kind, &change, now)
+            .changes
+            .is_empty()
+    }
+
+    fn uid_of(&self, key: &WorkloadKey) -> Option<String> {
+        self.index.skeleton(key).and_then(|(s, _)| {
+            s.pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(String::from)
+        })
+    }
+
+    /// Follows the rollouts rekindle started, every second and whenever one ends: hands freed budget
+    /// slots to the workloads deferred longest, writes the halts of failed rollouts, and ends halts
+    /// whose workload is healthy again or whose change is no longer current. Only the leader acts.
+    pub async fn supervise_rollouts(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = self.rollouts.changed.notified() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            let leading = self.leadership.is_leader();
+            let free = self.rollouts.tick(leading, Instant::now());
+            if free > 0 {
+                self.queue.wake_deferred(Deferred::Budget, free);
+            }
+            if !leading {
+                continue;
+            }
+            for failed in self.rollouts.take_failed() {
+                if failed.halts {
+                    self.halt(&failed).await;
+                }
+            }
+            if self.index.has_release_marks() {
+                self.end_halts().await;
+            }
+        }
+    }
+
+    /// Writes the halt of a failed rollout on its workload, with a Warning Event and an alert.
+    async fn halt(&self, failed: &FailedRollout) {
+        let key = &failed.key;
+        let halt = Halt {
+            reason: failed.reason.label().into(),
+            changes: failed.changes.clone(),
+        };
+        let body = serde_json::json!({"metadata": {"annotations": {HALTED_ANNOTATION: halt.to_annotation()}}});
+        if let Err(e) = self.annotate(key, body).await {
+            tracing::warn!(workload = %key, error = %e, "could not write the halt; retried when the rollout is seen failed again");
+            self.metrics.error("halt");
+            return;
+        }
+        self.metrics.reload_halts.inc();
+        let changes: Vec<String> = halt
+            .changes
+            .iter()
+            .map(|c| format!("{} '{}'", c.kind.kind_name(), c.name))
+            .collect();
+        let note = format!(
+            "Rollout of {} '{}' failed ({}): reloads owed for the change of {} are halted until it is healthy again, {HALTED_ANNOTATION} is removed, or the resource changes again",
+            key.kind,
+            key.name,
+            halt.reason,
+            changes.join(", ")
+        );
+        tracing::warn!(workload = %key, reason = %halt.reason, "rollout failed; change halted");
+        self.publish(
+            key,
+            self.uid_of(key).as_deref(),
+            EventType::Warning,
+            "ReloadHalted",
+            note.clone(),
+        )
+        .await;
+        if let Some(alerter) = &self.alerter {
+            alerter.alert(note);
+        }
+    }
+
+    /// Removes halts whose workload is healthy again or none of whose changes is current any more.
+    async fn end_halts(&self) {
+        for (key, release) in self.index.halted() {
+            let Some(halt) = release.halt() else {
+                continue;
+            };
+            let current = halt.changes.iter().any(|c| {
+                self.index
+                    .resource(&ResourceKey::new(c.kind, &key.namespace, &c.name))
+                    .is_some_and(|r| *r.hash == c.hash)
+            });
+            let why = if release.progress == Progress::Finished {
+                "its rollout is healthy again"
+            } else if !current {
+                "the resource changed again"
+            } else {
+                continue;
+            };
+            let body = serde_json::json!({"metadata": {"annotations": {HALTED_ANNOTATION: null}}});
+            if let Err(e) = self.annotate(&key, body).await {
+                tracing::warn!(workload = %key, error = %e, "could not remove the halt; tried again");
+                self.metrics.error("halt");
+                continue;
+            }
+            tracing::info!(workload = %key, why, "halt ended");
+            let note = format!("Halt on {} '{}' ended: {why}", key.kind, key.name);
+            self.publish(
+                &key,
+                self.uid_of(&key).as_deref(),
+                EventType::Normal,
+                "ReloadResumed",
+                note,
+            )
+            .await;
+        }
+    }
+
+    /// A merge patch of the workload's metadata; the response goes into the index.
+    async fn annotate(&self, key: &WorkloadKey, body: Value) -> Result<(), WriteError> {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &key.namespace,
+            &key.kind.api_resource(),
+        );
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let written = Self::send(&api, &key.name, &params, &Patch::Merge(body)).await?;
+        self.record_written(key, &written);
+        Ok(())
+    }
+
     /// A reload past `--max-rollouts-in-progress` waits until a slot is free for it (the writer wakes
     /// it: [`Rollouts::run`]); its `ReloadDeferred` Event is posted once, when it starts waiting.
     async fn over_budget(
@@ -395,7 +634,7 @@ impl Writer {
         key: &WorkloadKey,
         mut pending: Pending,
     ) -> ControlFlow<Finished, Pending> {
-        if !self.rollouts.enabled_for(key) {
+        if !self.rollouts.budget_for(key) {
             return ControlFlow::Continue(pending);
         }
         let earlier = self
@@ -410,11 +649,7 @@ impl Writer {
                 "Reload of {} '{}' deferred: {in_progress} rollouts in progress, at most {max} (--max-rollouts-in-progress); {earlier} deferred before it",
                 key.kind, key.name
             );
-            let uid = self.index.skeleton(key).and_then(|(s, _)| {
-                s.pointer("/metadata/uid")
-                    .and_then(Value::as_str)
-                    .map(String::from)
-            });
+            let uid = self.uid_of(key);
             self.publish(
                 key,
                 uid.as_deref(),
@@ -498,15 +733,21 @@ impl Writer {
                 self.patch(api, key, &value, rv, changes, action == Action::Restart)
                     .await
             }
-            Action::CreateJob => {
-                self.create_job(api, key, &value, &planned.working, rv, changes)
-                    .await
-            }
-            Action::RecreateJob => self.recreate_job(api, key, &planned.working).await,
+            Action::CreateJob => self
+                .create_job(api, key, &value, &planned.working, rv, changes)
+                .await
+                .map(|()| Value::Null),
+            Action::RecreateJob => self
+                .recreate_job(api, key, &planned.working)
+                .await
+                .map(|()| Value::Null),
             Action::None => return Ok(Outcome::NothingToDo),
         };
         match written {
-            Ok(()) => {
+            Ok(written) => {
+                let canary = self.index.release_of(key).is_some_and(|r| r.canary);
+                self.rollouts
+                    .written(key, &written, planned.halted_changes, canary);
                 self.announce(key, uid.as_deref(), &planned.reasons, action)
                     .await;
                 Ok(Outcome::Reloaded)
@@ -565,6 +806,7 @@ impl Writer {
             working: value.clone(),
             changes: Vec::new(),
             reasons: Vec::new(),
+            halted_changes: Vec::new(),
             action: Action::None,
         };
         for r in pending.causes.keys() {
@@ -601,6 +843,11 @@ impl Writer {
             planned.action = p.action;
             planned.changes.extend(p.changes);
             planned.reasons.push(r.clone());
+            planned.halted_changes.push(HaltedChange {
+                kind: r.kind,
+                name: r.name.clone(),
+                hash: hash.to_string(),
+            });
         }
         Ok(planned)
     }
@@ -668,7 +915,7 @@ impl Writer {
         rv: String,
         changes: &[MarkerChange],
         restart: bool,
-    ) -> Result<(), WriteError> {
+    ) -> Result<Value, WriteError> {
         let pause = if key.kind == WorkloadKind::Deployment {
             let annotations_exist = value
                 .pointer("/metadata/annotations")
@@ -707,8 +954,7 @@ impl Writer {
             let body = patch::render_strategic(value, key.kind, changes, &rv)
                 .map_err(|e| WriteError::Render(e.to_string()))?;
             let written = Self::send(api, &key.name, &params, &Patch::Strategic(body)).await?;
-            self.record_written(key, &written);
-            return Ok(());
+            return Ok(self.record_written(key, &written));
         }
         let mut ops = patch::render(value, key.kind, changes)
             .map_err(|e| WriteError::Render(e.to_string()))?;
@@ -726,19 +972,20 @@ impl Writer {
             &Patch::Json::<()>(json_patch::Patch(ops)),
         )
         .await?;
-        self.record_written(key, &written);
-        Ok(())
+        Ok(self.record_written(key, &written))
     }
 
-    /// Keeps the index's record as written, so a reload right after this one plans from it.
-    fn record_written(&self, key: &WorkloadKey, written: &DynamicObject) {
-        if let Ok(value) = serde_json::to_value(written) {
-            self.rollouts.written(key, &value);
-            self.index.record_written(
-                key,
-                WorkloadEntry::from_stored(&self.plan, &value, key.kind),
-            );
-        }
+    /// Keeps the index's record as written, so a reload right after this one plans from it; the
+    /// object as written (`Null` if it does not serialise).
+    fn record_written(&self, key: &WorkloadKey, written: &DynamicObject) -> Value {
+        let Ok(value) = serde_json::to_value(written) else {
+            return Value::Null;
+        };
+        self.index.record_written(
+            key,
+            WorkloadEntry::from_stored(&self.plan, &value, key.kind),
+        );
+        value
     }
 
     async fn send<P: serde::Serialize + std::fmt::Debug>(
@@ -817,6 +1064,7 @@ impl Writer {
             .collect();
         self.patch(cronjobs, key, value, rv, &metadata_changes, false)
             .await
+            .map(|_| ())
     }
 
     /// Between the writes of one reload: leadership ends at the renew deadline, and a replica that

@@ -216,7 +216,7 @@ impl Ctx {
                     Default::default(),
                     crate::reload::lease::Leadership::always(),
                 ),
-                rollouts: Rollouts::new(0, Duration::ZERO, metrics.clone()),
+                rollouts: Rollouts::new(0, Duration::ZERO, false, metrics.clone()),
             },
             metrics,
             scope,

@@ -169,6 +169,9 @@ them (alone when no list is given), as in Reloader's chart.
 {{- end }}
 - --max-rollouts-in-progress={{ $r.maxRolloutsInProgress }}
 - --rollout-timeout={{ $r.rolloutTimeout }}
+{{- if $r.haltOnFailedRollout }}
+- --halt-on-failed-rollout=true
+{{- end }}
 - --log-level={{ $r.logLevel }}
 {{- if $r.logFormat }}
 - --log-format={{ $r.logFormat }}
