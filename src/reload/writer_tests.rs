@@ -567,3 +567,77 @@ async fn inside_the_window_or_with_an_invalid_one_the_reload_is_written() {
         assert_eq!(reasons, events, "{window}");
     }
 }
+
+/// A canary Deployment using `cfg`, with the marker `marker` (if any), `extra` annotations and a
+/// rollout finished or not.
+fn canary(marker: Option<&str>, extra: Value, finished: bool) -> Value {
+    let mut c = deployment("7");
+    c["metadata"]["name"] = json!("canary");
+    c["metadata"]["uid"] = json!("u-canary");
+    c["metadata"]["annotations"]["rekindle.io/reload-canary"] = json!("true");
+    for (k, v) in extra.as_object().unwrap() {
+        c["metadata"]["annotations"][k] = v.clone();
+    }
+    if let Some(m) = marker {
+        c["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "STAKATER_CFG_CONFIGMAP", "value": m}]);
+    }
+    c["metadata"]["generation"] = json!(2);
+    let reason = if finished {
+        "NewReplicaSetAvailable"
+    } else {
+        "ReplicaSetUpdated"
+    };
+    c["status"] = json!({"observedGeneration": 2, "replicas": 1, "updatedReplicas": 1,
+        "availableReplicas": 1, "conditions": [{"type": "Progressing", "reason": reason}]});
+    c
+}
+
+#[tokio::test]
+async fn workloads_wait_for_their_canary_and_for_a_halt_of_the_change() {
+    let (f, key, pending) = fixture(WorkloadKind::Deployment, "web", &deployment("1"), |_| {
+        (500, json!({}))
+    });
+    let canary_key = WorkloadKey {
+        kind: WorkloadKind::Deployment,
+        namespace: "ns".into(),
+        name: "canary".into(),
+    };
+    let hold = |c: Value| {
+        f.writer.index.apply_workload(
+            canary_key.clone(),
+            WorkloadEntry::from_stored(&f.writer.plan, &c, WorkloadKind::Deployment),
+        );
+        f.writer
+            .release_hold(&key, &pending)
+            .map(|(reason, _)| reason)
+    };
+    assert_eq!(hold(deployment("2")), None, "no canary: no hold");
+    assert_eq!(
+        hold(canary(Some("h1"), json!({}), true)),
+        Some(Deferred::Canary),
+        "the canary has not reloaded yet"
+    );
+    assert_eq!(
+        hold(canary(Some("h2"), json!({}), false)),
+        Some(Deferred::Canary),
+        "its rollout has not finished"
+    );
+    assert_eq!(hold(canary(Some("h2"), json!({}), true)), None);
+    let halt = |hash: &str| {
+        json!({"rekindle.io/reload-halted": json!({"reason": "progress_deadline",
+            "changes": [{"kind": "ConfigMap", "name": "cfg", "hash": hash}]}).to_string()})
+    };
+    assert_eq!(
+        hold(canary(Some("h2"), halt("h2"), false)),
+        Some(Deferred::Halt)
+    );
+    assert_eq!(
+        hold(canary(Some("h2"), halt("h1"), true)),
+        None,
+        "a halt of an older change holds nothing"
+    );
+    // The canary itself goes first.
+    hold(canary(Some("h1"), json!({}), true));
+    assert!(f.writer.release_hold(&canary_key, &pending).is_none());
+}

@@ -9,6 +9,8 @@ use crate::config::{EventArg, Output};
 use crate::core::patch;
 use crate::core::plan::{self, Change, Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
+use crate::core::refs::ResourceRef;
+use crate::core::release::{Release, HALTED_ANNOTATION};
 use crate::core::window::{window_of, Windows};
 use crate::core::WorkloadKind;
 
@@ -77,6 +79,17 @@ pub fn explain(
         }
         Err(e) => json!({"error": e.to_string()}),
     };
+    // Canaries and halts as far as this one workload tells: the others, and the rollout budget, are
+    // known to the running leader only.
+    let release = Release::of(workload, kind);
+    let changed_ref = ResourceRef {
+        kind: res.resource_kind,
+        name: res.resource_name.clone(),
+    };
+    let halt = release.halted.as_deref().map(|raw| match release.halt() {
+        Some(h) => json!({"reason": h.reason, "holdsThisChange": h.holds(&changed_ref, &res.hash)}),
+        None => json!({"error": format!("{HALTED_ANNOTATION} is not rekindle's halt: {raw}")}),
+    });
     Ok(json!({
         "workload": {"kind": kind_name, "namespace": meta_str(workload, "namespace"), "name": meta_str(workload, "name")},
         "resource": {"kind": res.resource_kind.kind_name(), "namespace": res.namespace, "name": res.resource_name, "hash": res.hash},
@@ -86,6 +99,8 @@ pub fn explain(
         "container": p.container.map(|c| c.name),
         "patch": patch,
         "window": window,
+        "canary": release.canary,
+        "halt": halt,
         "invalidPatterns": p.decision.invalid_patterns.iter().map(|i| json!({"annotation": i.annotation, "pattern": i.pattern, "error": i.error})).collect::<Vec<_>>(),
     }))
 }
@@ -143,6 +158,23 @@ pub fn run_explain(
                     Some(at) => println!("window:    closed ({value}), opens {at}"),
                     None => println!("window:    open ({value})"),
                 }
+            }
+            if e["canary"] == true {
+                println!("canary:    reloads before the workloads owed the same change that are not canaries");
+            }
+            let halt = &e["halt"];
+            if let Some(error) = halt["error"].as_str() {
+                println!("warning:   {error}");
+            } else if halt["holdsThisChange"] == true {
+                println!(
+                    "halted:    this change is halted here ({}): reloads still owed for it wait until this workload is healthy again",
+                    halt["reason"].as_str().unwrap_or("")
+                );
+            } else if !halt.is_null() {
+                println!(
+                    "halted:    an earlier change ({}), not this one",
+                    halt["reason"].as_str().unwrap_or("")
+                );
             }
             for i in e["invalidPatterns"].as_array().into_iter().flatten() {
                 println!(
@@ -213,5 +245,31 @@ mod tests {
             e["window"],
             json!({"value": "Sat,Sun 02:00-04:00", "open": false, "opensAt": "2026-12-05T02:00:00Z"})
         );
+    }
+
+    /// A canary and a halt written on the workload are explained; a halt of an older change does not
+    /// hold this one.
+    #[test]
+    fn explain_reports_a_canary_and_whether_a_halt_holds_the_change() {
+        let cfg = PlanConfig::default();
+        let cm = json!({"kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "1"}});
+        let hash = hash_document(&cm).unwrap().hash;
+        let workload = |halted_hash: &str| {
+            let halt = json!({"reason": "progress_deadline",
+                "changes": [{"kind": "ConfigMap", "name": "c", "hash": halted_hash}]});
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "d", "namespace": "ns", "annotations": {
+                    "reloader.stakater.com/auto": "true", "rekindle.io/reload-canary": "true",
+                    "rekindle.io/reload-halted": halt.to_string()}},
+                "spec": {"template": {"spec": {"containers": [{"name": "app", "envFrom": [{"configMapRef": {"name": "c"}}]}]}}}})
+        };
+        let e = explain(&cfg, None, &workload(&hash), &cm, EventArg::Update, 0).unwrap();
+        assert_eq!(e["canary"], true);
+        assert_eq!(
+            e["halt"],
+            json!({"reason": "progress_deadline", "holdsThisChange": true})
+        );
+        let e = explain(&cfg, None, &workload("older"), &cm, EventArg::Update, 0).unwrap();
+        assert_eq!(e["halt"]["holdsThisChange"], false);
     }
 }
