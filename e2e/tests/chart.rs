@@ -462,7 +462,8 @@ fn monitors_point_at_the_port_that_serves_metrics() -> Result<()> {
             "RekindleAdmissionSlow",
             "RekindleReloadsFailing",
             "RekindleCertificateExpiring",
-            "RekindleNoReadyReplica"
+            "RekindleNoReadyReplica",
+            "RekindleReloadHalted"
         ]
     );
     let dashboard = &of_kind(&docs, "ConfigMap")[0]["data"]["rekindle.json"];
