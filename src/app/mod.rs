@@ -263,7 +263,11 @@ async fn run(config: Config) -> Result<()> {
                 &leadership,
                 rollouts.clone(),
             )?;
-            tokio::spawn(writer.clone().supervise_rollouts(shutdown.clone()));
+            let synced = {
+                let health = health.clone();
+                move || health.is_ready()
+            };
+            tokio::spawn(writer.clone().supervise_rollouts(synced, shutdown.clone()));
             tokio::spawn(warm::keep_warm(
                 write_client.clone(),
                 warm::INTERVAL,

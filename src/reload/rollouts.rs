@@ -53,7 +53,8 @@ struct State {
     /// Every watched workload whose rollout has not finished, with its generation: what a replica
     /// that begins to lead counts.
     unfinished: HashMap<WorkloadKey, i64>,
-    /// Whether `in_progress` holds this leadership's count.
+    /// Whether `in_progress` holds this leadership's count (taken once the watches have synced;
+    /// until then no budget slot is given).
     seeded: bool,
     /// Failures not yet handed to the writer.
     failed: Vec<FailedRollout>,
@@ -87,6 +88,8 @@ pub enum Admission {
         in_progress: usize,
         max: usize,
     },
+    /// This leader has not counted the rollouts already running yet (its watches have not synced).
+    Counting,
 }
 
 impl Rollouts {
@@ -139,6 +142,9 @@ impl Rollouts {
             return Admission::Go;
         }
         let mut state = self.lock();
+        if !state.seeded {
+            return Admission::Counting;
+        }
         let in_progress = state.in_progress.len();
         let free = self.max.saturating_sub(in_progress);
         if state.in_progress.contains_key(key) {
@@ -276,8 +282,9 @@ impl Rollouts {
     }
 
     /// One check at `now` (the writer's, every second and whenever a slot is freed): while leading,
-    /// counts what runs when leadership begins and times rollouts out; how many budget slots are free.
-    pub fn tick(&self, leading: bool, now: Instant) -> usize {
+    /// counts what runs once the watches have `synced`, and times rollouts out; how many budget slots
+    /// are free.
+    pub fn tick(&self, leading: bool, synced: bool, now: Instant) -> usize {
         let mut state = self.lock();
         if !leading {
             state.in_progress.clear();
@@ -287,6 +294,9 @@ impl Rollouts {
             return 0;
         }
         if !state.seeded {
+            if !synced {
+                return 0;
+            }
             let running: Vec<(WorkloadKey, i64)> = state
                 .unfinished
                 .iter()
@@ -339,9 +349,12 @@ mod tests {
         }
     }
 
+    /// Leading, with nothing running when it began to.
     fn rollouts(max: usize) -> Arc<Rollouts> {
         let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
-        Rollouts::new(max, Duration::from_secs(600), false, metrics)
+        let r = Rollouts::new(max, Duration::from_secs(600), false, metrics);
+        r.tick(true, true, Instant::now());
+        r
     }
 
     fn deployment(generation: i64, finished: bool) -> serde_json::Value {
@@ -430,8 +443,8 @@ mod tests {
         r.admit(&key("a"), 0);
         r.written(&key("a"), &deployment(2, false), vec![], false);
         let now = Instant::now();
-        assert_eq!(r.tick(true, now + Duration::from_secs(599)), 0);
-        assert_eq!(r.tick(true, now + Duration::from_secs(600)), 1);
+        assert_eq!(r.tick(true, true, now + Duration::from_secs(599)), 0);
+        assert_eq!(r.tick(true, true, now + Duration::from_secs(600)), 1);
         assert_eq!(r.in_progress(), 0);
     }
 
@@ -440,14 +453,18 @@ mod tests {
         let r = rollouts(2);
         r.observe(&key("a"), &deployment(3, false));
         r.observe(&key("b"), &deployment(1, true));
-        assert_eq!(r.tick(false, Instant::now()), 0);
-        assert_eq!(r.tick(true, Instant::now()), 1);
+        assert_eq!(r.tick(false, true, Instant::now()), 0);
+        // No slot is given before the rollouts already running are counted, once the watches synced.
+        assert_eq!(r.admit(&key("c"), 0), Admission::Counting);
+        assert_eq!(r.tick(true, false, Instant::now()), 0);
+        assert_eq!(r.admit(&key("c"), 0), Admission::Counting);
+        assert_eq!(r.tick(true, true, Instant::now()), 1);
         assert_eq!(r.in_progress(), 1);
         r.observe(&key("a"), &deployment(3, true));
         assert_eq!(r.in_progress(), 0);
         // Losing the lead forgets the count; the next leadership counts afresh.
         r.admit(&key("c"), 0);
-        r.tick(false, Instant::now());
+        r.tick(false, true, Instant::now());
         assert_eq!(r.in_progress(), 0);
     }
 
@@ -479,7 +496,7 @@ mod tests {
         assert!(halting.take_failed().is_empty(), "it finished");
         halting.written(&key("web"), &deployment(3, false), change(), false);
         let now = Instant::now();
-        halting.tick(true, now + Duration::from_secs(601));
+        halting.tick(true, true, now + Duration::from_secs(601));
         let failed = halting.take_failed();
         assert_eq!(failed[0].reason, Failure::Timeout);
         assert!(failed[0].halts);

@@ -508,7 +508,12 @@ impl Writer {
     /// Follows the rollouts rekindle started, every second and whenever one ends: hands freed budget
     /// slots to the workloads deferred longest, writes the halts of failed rollouts, and ends halts
     /// whose workload is healthy again or whose change is no longer current. Only the leader acts.
-    pub async fn supervise_rollouts(self: Arc<Self>, shutdown: CancellationToken) {
+    /// `synced` says whether the watches have synced (the rollouts running are counted then).
+    pub async fn supervise_rollouts(
+        self: Arc<Self>,
+        synced: impl Fn() -> bool + Send + 'static,
+        shutdown: CancellationToken,
+    ) {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -516,7 +521,7 @@ impl Writer {
                 _ = shutdown.cancelled() => return,
             }
             let leading = self.leadership.is_leader();
-            let free = self.rollouts.tick(leading, Instant::now());
+            let free = self.rollouts.tick(leading, synced(), Instant::now());
             if free > 0 {
                 self.queue.wake_deferred(Deferred::Budget, free);
             }
@@ -640,15 +645,18 @@ impl Writer {
         let earlier = self
             .queue
             .deferred_before(Deferred::Budget, (pending.first, key));
-        let Admission::Wait { in_progress, max } = self.rollouts.admit(key, earlier) else {
-            return ControlFlow::Continue(pending);
+        let why = match self.rollouts.admit(key, earlier) {
+            Admission::Go => return ControlFlow::Continue(pending),
+            Admission::Wait { in_progress, max } => format!(
+                "{in_progress} rollouts in progress, at most {max} (--max-rollouts-in-progress); {earlier} deferred before it"
+            ),
+            Admission::Counting => {
+                "the rollouts already running are counted first (--max-rollouts-in-progress)".into()
+            }
         };
         if pending.deferred != Some(Deferred::Budget) {
-            tracing::info!(in_progress, max, "rollout budget used up; deferred");
-            let note = format!(
-                "Reload of {} '{}' deferred: {in_progress} rollouts in progress, at most {max} (--max-rollouts-in-progress); {earlier} deferred before it",
-                key.kind, key.name
-            );
+            tracing::info!(%why, "rollout budget; deferred");
+            let note = format!("Reload of {} '{}' deferred: {why}", key.kind, key.name);
             let uid = self.uid_of(key);
             self.publish(
                 key,
