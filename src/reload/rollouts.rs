@@ -271,6 +271,11 @@ impl Rollouts {
         });
     }
 
+    /// A failure whose halt could not be written: handed over again at the next tick.
+    pub fn failed_again(&self, failed: FailedRollout) {
+        self.lock().failed.push(failed);
+    }
+
     /// The failures since the last call.
     pub fn take_failed(&self) -> Vec<FailedRollout> {
         std::mem::take(&mut self.lock().failed)

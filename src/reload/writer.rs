@@ -548,8 +548,11 @@ impl Writer {
         };
         let body = serde_json::json!({"metadata": {"annotations": {HALTED_ANNOTATION: halt.to_annotation()}}});
         if let Err(e) = self.annotate(key, body).await {
-            tracing::warn!(workload = %key, error = %e, "could not write the halt; retried when the rollout is seen failed again");
+            tracing::warn!(workload = %key, error = %e, "could not write the halt; trying again");
             self.metrics.error("halt");
+            if !matches!(e, WriteError::Gone) {
+                self.rollouts.failed_again(failed.clone());
+            }
             return;
         }
         self.metrics.reload_halts.inc();
