@@ -99,12 +99,11 @@ impl Rollouts {
         halt_on_failure: bool,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
-        if max > 0 || halt_on_failure {
-            for reason in Failure::ALL {
-                let _ = metrics.rollouts_failed.get_or_create(&ReasonLabels {
-                    reason: reason.label().into(),
-                });
-            }
+        // Every reason at 0 from the start: canaries' rollouts are followed whatever the flags.
+        for reason in Failure::ALL {
+            let _ = metrics.rollouts_failed.get_or_create(&ReasonLabels {
+                reason: reason.label().into(),
+            });
         }
         Arc::new(Self {
             max,
