@@ -404,7 +404,7 @@ impl Writer {
     async fn held_by_release(
         &self,
         key: &WorkloadKey,
-        mut pending: Pending,
+        pending: Pending,
     ) -> ControlFlow<Finished, Pending> {
         if !self.index.has_release_marks() {
             return ControlFlow::Continue(pending);
@@ -412,6 +412,20 @@ impl Writer {
         let Some((reason, why)) = self.release_hold(key, &pending) else {
             return ControlFlow::Continue(pending);
         };
+        self.defer(key, pending, reason, &why, RELEASE_RECHECK)
+            .await
+    }
+
+    /// Sends an owed reload back to the queue for `reason`, due again after `after`; its
+    /// `ReloadDeferred` Event is posted once per reason.
+    async fn defer(
+        &self,
+        key: &WorkloadKey,
+        mut pending: Pending,
+        reason: Deferred,
+        why: &str,
+        after: Duration,
+    ) -> ControlFlow<Finished, Pending> {
         if pending.deferred != Some(reason) {
             tracing::info!(%why, reason = reason.label(), "deferred");
             let note = format!("Reload of {} '{}' deferred: {why}", key.kind, key.name);
@@ -426,10 +440,7 @@ impl Writer {
             .await;
         }
         pending.deferred = Some(reason);
-        ControlFlow::Break(Finished::RequeueAfter {
-            pending,
-            after: RELEASE_RECHECK,
-        })
+        ControlFlow::Break(Finished::RequeueAfter { pending, after })
     }
 
     /// Why the release order holds the workload's reload back, if it does.
@@ -640,7 +651,7 @@ impl Writer {
     async fn over_budget(
         &self,
         key: &WorkloadKey,
-        mut pending: Pending,
+        pending: Pending,
     ) -> ControlFlow<Finished, Pending> {
         if !self.rollouts.budget_for(key) {
             return ControlFlow::Continue(pending);
@@ -657,25 +668,9 @@ impl Writer {
                 "the rollouts already running are counted first (--max-rollouts-in-progress)".into()
             }
         };
-        if pending.deferred != Some(Deferred::Budget) {
-            tracing::info!(%why, "rollout budget; deferred");
-            let note = format!("Reload of {} '{}' deferred: {why}", key.kind, key.name);
-            let uid = self.uid_of(key);
-            self.publish(
-                key,
-                uid.as_deref(),
-                EventType::Normal,
-                "ReloadDeferred",
-                note,
-            )
-            .await;
-        }
-        pending.deferred = Some(Deferred::Budget);
         // Woken when a slot is free for it; the wait bounds a wake that never came.
-        ControlFlow::Break(Finished::RequeueAfter {
-            pending,
-            after: BUDGET_RECHECK,
-        })
+        self.defer(key, pending, Deferred::Budget, &why, BUDGET_RECHECK)
+            .await
     }
 
     /// The workload's reload window (`core::window::window_of`: its own, its namespace's, or
