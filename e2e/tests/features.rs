@@ -9,8 +9,8 @@ use e2e::{
     admin_client, apply_value, apply_yaml, dynamic_api, expect_replica_sets, get_json,
     replica_sets, wait_for, wait_replica_sets, TestNamespace, TIMEOUT,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
@@ -1173,7 +1173,7 @@ async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
     let client = admin_client().await?;
     let ns = TestNamespace::new(&client, "e2e-canary").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
-    let rk = Rekindle::start(
+    let mut rk = Rekindle::start(
         &client,
         &[&ns.name],
         Options {
@@ -1209,18 +1209,20 @@ async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
         let c = get_json(&deployments, "canary").await?;
         Ok(c.pointer(HALTED).and_then(Value::as_str).map(String::from))
     })
-    .await?;
+    .await;
+    let halted = described(halted, &rk, &deployments).await?;
     let halt: Value = serde_json::from_str(&halted)?;
     assert_eq!(halt["reason"], "progress_deadline", "{halt}");
     assert_eq!(halt["changes"][0]["kind"], "ConfigMap", "{halt}");
     assert_eq!(halt["changes"][0]["name"], "app-config", "{halt}");
-    wait_for("the others to wait for the halt", TIMEOUT, || async {
+    let waited = wait_for("the others to wait for the halt", TIMEOUT, || async {
         let waiting = rk
             .metric("rekindle_reloads_deferred{reason=\"halt\"}")
             .await?;
         Ok((waiting == 2.0).then_some(()))
     })
-    .await?;
+    .await;
+    described(waited, &rk, &deployments).await?;
     assert_eq!(rk.metric("rekindle_reloads_halted ").await?, 1.0);
     assert_eq!(rk.metric("rekindle_reload_halts_total ").await?, 1.0);
     for name in ["b", "c"] {
@@ -1239,9 +1241,32 @@ async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
         Some("canary")
     );
     assert_eq!(halts.items[0].type_.as_deref(), Some("Warning"));
+    // The halt lives in the annotation: a restarted rekindle holds the others back all the same
+    // (its writer waits for every workload watch to list before it writes what is owed).
+    rk.kill().await?;
+    rk.restart().await?;
+    let waited = wait_for(
+        "the others to wait for the halt after a restart",
+        TIMEOUT,
+        || async {
+            let waiting = rk
+                .metric("rekindle_reloads_deferred{reason=\"halt\"}")
+                .await?;
+            Ok((waiting == 2.0).then_some(()))
+        },
+    )
+    .await;
+    described(waited, &rk, &deployments).await?;
+    for name in ["b", "c"] {
+        assert_eq!(
+            generation(&get_json(&deployments, name).await?),
+            1,
+            "{name} still waits"
+        );
+    }
     // The canary recovers: its new pod is admitted, its rollout finishes, the halt ends.
     policy.remove(&client).await?;
-    wait_for(
+    let resumed = wait_for(
         "the halt to end and the others to reload",
         Duration::from_secs(120),
         || async {
@@ -1252,7 +1277,8 @@ async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
             Ok(done.then_some(()))
         },
     )
-    .await?;
+    .await;
+    described(resumed, &rk, &deployments).await?;
     rk.settled(0.0).await?;
     // Annotation writes count as generations of a Deployment: the canary's template changed once,
     // so it has one ReplicaSet for its start and one for the reload.
@@ -1269,6 +1295,45 @@ async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
 }
 
 const MARKER_ENV: &str = "STAKATER_APP_CONFIG_CONFIGMAP";
+
+/// A wait's result, with the canary test's state added to its error.
+async fn described<T>(
+    waited: Result<T>,
+    rk: &Rekindle,
+    deployments: &Api<DynamicObject>,
+) -> Result<T> {
+    match waited {
+        Ok(v) => Ok(v),
+        Err(e) => Err(e.context(canary_state(rk, deployments).await)),
+    }
+}
+
+/// What the canary test waits on, for a wait that timed out: the deferral gauges, the halt, and each
+/// Deployment's generation and rollout.
+async fn canary_state(rk: &Rekindle, deployments: &Api<DynamicObject>) -> String {
+    let mut state = Vec::new();
+    for reason in ["canary", "halt", "budget", "window"] {
+        let series = format!("rekindle_reloads_deferred{{reason=\"{reason}\"}}");
+        match rk.metric(&series).await {
+            Ok(v) => state.push(format!("deferred {reason}: {v}")),
+            Err(e) => state.push(format!("deferred {reason}: {e:#}")),
+        }
+    }
+    match all_deployments(deployments).await {
+        Ok(all) => state.extend(all.iter().map(|d| {
+            format!(
+                "{}: generation {}, finished {}, halt {:?}, conditions {}",
+                d["metadata"]["name"],
+                generation(d),
+                rollout_finished(d),
+                d.pointer(HALTED),
+                d.pointer("/status/conditions").unwrap_or(&Value::Null)
+            )
+        })),
+        Err(e) => state.push(format!("deployments: {e:#}")),
+    }
+    state.join("; ")
+}
 
 /// A cluster-wide admission policy, bound to one namespace, removed when the test is done with it.
 struct Policy(String);
@@ -1324,7 +1389,40 @@ async fn refuse_new_canary_pods(client: &Client, ns: &str, stamped: &str) -> Res
         }),
     )
     .await?;
-    // The apiserver loads policies asynchronously.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The apiserver loads policies asynchronously: a canary pod with another configuration, created
+    // as a dry run, is refused once the policy is in force. (Were it not, the canary's new pod could
+    // be admitted, and a halt written at a slow rollout's deadline would end when the pod came up.)
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let probe: Pod = serde_json::from_value(json!({
+        "metadata": {"generateName": "probe-", "labels": {"app": "canary"}},
+        "spec": {"containers": [{"name": "app", "image": "app",
+            "env": [{"name": MARKER_ENV, "value": "another"}]}]},
+    }))?;
+    wait_for(
+        "the policy to refuse the canary's new pods",
+        TIMEOUT,
+        || async {
+            match pods
+                .create(
+                    &PostParams {
+                        dry_run: true,
+                        ..Default::default()
+                    },
+                    &probe,
+                )
+                .await
+            {
+                Ok(_) => Ok(None),
+                Err(kube::Error::Api(e))
+                    if e.message
+                        .contains("the canary's new configuration is refused") =>
+                {
+                    Ok(Some(()))
+                }
+                Err(e) => Err(e.into()),
+            }
+        },
+    )
+    .await?;
     Ok(Policy(name))
 }

@@ -36,7 +36,7 @@ use crate::reload::warm;
 use crate::reload::writer::{self, Writer};
 use crate::server::admin::{self, Health};
 use crate::server::{bind, tls};
-use crate::watch::{self, Ctx, ReadyTracker, Sink, WatchId, WatchPart, Watched};
+use crate::watch::{self, Ctx, ReadyTracker, Sink, SyncProgress, WatchId, WatchPart, Watched};
 
 /// ConfigMaps and Secrets per list page at start-up and re-list.
 const RESOURCE_LIST_PAGE: u32 = 100;
@@ -262,6 +262,7 @@ async fn run(config: Config) -> Result<()> {
                 &metrics,
                 &leadership,
                 rollouts.clone(),
+                ready.progress(),
             )?;
             let synced = {
                 let health = health.clone();
@@ -566,6 +567,7 @@ fn writer(
     metrics: &Arc<Metrics>,
     leadership: &Leadership,
     rollouts: Arc<Rollouts>,
+    sync: tokio::sync::watch::Receiver<SyncProgress>,
 ) -> Result<Arc<Writer>> {
     let reporter = Reporter {
         controller: "rekindle".into(),
@@ -583,6 +585,7 @@ fn writer(
     );
     writer.default_window = config.reload_window.clone();
     writer.rollouts = rollouts;
+    writer.sync = Some(sync);
     if let Some(alerts) = config.alerts.clone() {
         tracing::info!(sink = ?alerts.sink, "alerts after reloads on");
         writer.alerter = Some(Alerter::start(alerts, metrics.clone())?);

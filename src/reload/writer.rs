@@ -52,6 +52,7 @@ use crate::metrics::{Metrics, ReasonLabels, Skip};
 use crate::outbound::alert::{reload_message, Alerter};
 use crate::reload::lease::Leadership;
 use crate::retry;
+use crate::watch::SyncProgress;
 
 const MAX_ATTEMPTS: usize = 6;
 
@@ -76,6 +77,10 @@ const JOB_CREATE_RETRIES: usize = 60;
 const RELEASE_RECHECK: Duration = Duration::from_secs(5);
 /// How long a reload deferred by the rollout budget waits if no freed slot wakes it first.
 const BUDGET_RECHECK: Duration = Duration::from_secs(60);
+/// How long the writer waits at start for every workload watch to list (the canaries and halts
+/// known) before it writes without the kinds still listing: a watch that cannot list must not stop
+/// every reload.
+const RELEASE_ORDER_WAIT: Duration = Duration::from_secs(60);
 /// Size of the set of invalid annotations already reported at which deleted workloads are forgotten.
 const WARNED_PRUNE_AT: usize = 1024;
 
@@ -97,6 +102,8 @@ pub struct Writer {
     pub default_window: Option<Windows>,
     /// `--max-rollouts-in-progress`: the slots reloads take (unlimited unless set).
     pub rollouts: Arc<Rollouts>,
+    /// The first sync's progress: the writer starts once every workload watch has listed. None: at once.
+    pub sync: Option<tokio::sync::watch::Receiver<SyncProgress>>,
     /// (workload, annotation value) pairs already reported as invalid: one Warning Event each.
     warned: Mutex<HashSet<(WorkloadKey, String)>>,
 }
@@ -163,12 +170,14 @@ impl Writer {
             alerter: None,
             default_window: None,
             rollouts: Rollouts::new(0, Duration::ZERO, false, metrics.clone()),
+            sync: None,
             warned: Mutex::default(),
         }
     }
 
     /// Runs until `shutdown`; then waits (up to 10 s) for reloads in flight.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        self.wait_for_release_order(&shutdown).await;
         let slots = self.slots.clone();
         let mut leadership = self.leadership.clone();
         loop {
@@ -208,6 +217,29 @@ impl Writer {
             slots.acquire_many(self.max_concurrent as u32),
         )
         .await;
+    }
+
+    /// Waits until every workload watch has listed, so that the release order is known: a reload owed
+    /// from before a start must not go ahead of a canary, or through a halt, on a workload not listed
+    /// yet. Changes queue meanwhile. Past [`RELEASE_ORDER_WAIT`], the writer starts all the same.
+    async fn wait_for_release_order(&self, shutdown: &CancellationToken) {
+        let Some(mut progress) = self.sync.clone() else {
+            return;
+        };
+        let listed = async {
+            let _ = progress.wait_for(|p| p.workloads).await;
+        };
+        tokio::select! {
+            waited = tokio::time::timeout(RELEASE_ORDER_WAIT, listed) => {
+                if waited.is_err() {
+                    tracing::warn!(
+                        waited = ?RELEASE_ORDER_WAIT,
+                        "some workload watches have not listed; reloading without their canaries and halts"
+                    );
+                }
+            }
+            _ = shutdown.cancelled() => {}
+        }
     }
 
     /// Reloads one workload, taking a write permit for each attempt; whether it was written.

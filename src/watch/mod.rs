@@ -49,6 +49,9 @@ pub struct SyncProgress {
     /// the scope have synced (workloads are compared as they are listed). ConfigMaps and Secrets only
     /// (the CSI watches are not waited for).
     pub listed: Vec<ResourceKind>,
+    /// Every workload watch and the scope have synced: every canary and halt is known (the writer
+    /// waits for it, so a reload owed from before a start honours them).
+    pub workloads: bool,
     /// Every watch of the start-up has synced: ready.
     pub all: bool,
 }
@@ -81,6 +84,7 @@ impl Expected {
                 .into_iter()
                 .filter(|k| scope_known && !waiting(WatchPart::Resources(*k)))
                 .collect(),
+            workloads: scope_known && !waiting(WatchPart::Workloads),
             all: self.pending.is_empty(),
         }
     }
@@ -380,7 +384,6 @@ mod tests {
         tracker.synced("configmaps/a");
         tracker.synced("configmaps/b");
         tracker.synced("Deployment/a");
-        tracker.synced("Deployment/b");
         // Not sealed: more watches may come.
         assert!(listed().is_empty());
         tracker.seal();
@@ -388,6 +391,10 @@ mod tests {
         assert!(listed().is_empty());
         tracker.synced("namespaces");
         assert_eq!(listed(), [ResourceKind::ConfigMap]);
+        // One workload watch still lists: a canary or a halt there is not known yet.
+        assert!(!progress.borrow().workloads);
+        tracker.synced("Deployment/b");
+        assert!(progress.borrow().workloads);
         tracker.synced("secrets/a");
         assert_eq!(listed(), [ResourceKind::ConfigMap]);
         assert!(!progress.borrow().all);
