@@ -9,9 +9,11 @@ use e2e::{
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use rekindle::core::hash::configmap_hash_typed;
+use rekindle::core::job::strip_job;
+use rekindle::reload::recreate::{Record, Records, RECORD_LABEL};
 use serde_json::{json, Value};
 
 const CM: &str =
@@ -424,6 +426,155 @@ async fn deployment_config_is_reloaded_when_the_api_is_served() -> Result<()> {
         },
     )
     .await?;
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+/// Where the rekindle under test keeps its records: the chart's namespace in the chart-identity
+/// run, else the test's own.
+fn records_namespace(ns: &str) -> String {
+    std::env::var("REKINDLE_E2E_POD_NAMESPACE").unwrap_or_else(|_| ns.to_string())
+}
+
+/// The records of re-creates of Jobs in `ns` (records of other tests' Jobs may share the namespace).
+async fn records_of(client: &Client, records_ns: &str, ns: &str) -> Result<Vec<ConfigMap>> {
+    let list = Api::<ConfigMap>::namespaced(client.clone(), records_ns)
+        .list(&ListParams::default().labels(RECORD_LABEL))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|cm| cm.data.as_ref().and_then(|d| d.get("namespace")) == Some(&ns.to_string()))
+        .collect())
+}
+
+/// Before deleting the Job, the leader records the Job it is about to create (a ConfigMap in its own
+/// namespace), and removes the record once the Job exists again.
+#[tokio::test]
+async fn a_job_re_create_is_recorded_until_the_job_exists_again() -> Result<()> {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, watcher};
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-job-record").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let records_ns = records_namespace(&ns.name);
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            env: &[("POD_NAMESPACE", &records_ns)],
+            ..Default::default()
+        },
+    )
+    .await?;
+    let (jobs, first_uid) = create_job(&client, &ns.name).await?;
+    let recorded = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = {
+        let api = Api::<ConfigMap>::namespaced(client.clone(), &records_ns);
+        let (recorded, ns) = (recorded.clone(), ns.name.clone());
+        tokio::spawn(async move {
+            let config = watcher::Config::default().labels(RECORD_LABEL);
+            let mut stream = watcher(api, config).boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                if let watcher::Event::Apply(cm) | watcher::Event::InitApply(cm) = event {
+                    if let Ok(record) = Record::from_configmap(&cm) {
+                        if record.namespace == ns {
+                            recorded.lock().unwrap().push(record);
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let h2 = change_cm(&client, &ns.name, "changed").await?;
+    wait_for("the Job to be re-created", TIMEOUT, || async {
+        Ok(jobs
+            .get_opt("migrate")
+            .await?
+            .filter(|j| j.uid() != first_uid))
+    })
+    .await?;
+    wait_for("the record to be removed", TIMEOUT, || async {
+        Ok(records_of(&client, &records_ns, &ns.name)
+            .await?
+            .is_empty()
+            .then_some(()))
+    })
+    .await?;
+    seen.abort();
+    let recorded = recorded.lock().unwrap().clone();
+    assert_eq!(recorded.len(), 1, "one record: {recorded:?}");
+    assert_eq!(recorded[0].name, "migrate");
+    assert_eq!(Some(&recorded[0].old_uid), first_uid.as_ref());
+    assert_eq!(
+        recorded[0]
+            .job
+            .pointer("/spec/template/spec/containers/0/env/0/value"),
+        Some(&json!(h2)),
+        "the record holds the Job to create"
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+/// A leader that deleted a Job and stopped before creating it left its record: the next one to lead
+/// creates the Job from the record, once, and removes the record.
+#[tokio::test]
+async fn a_job_left_deleted_by_a_stopped_leader_is_created_by_the_next() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-job-leftover").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let (jobs, first_uid) = create_job(&client, &ns.name).await?;
+    let h2 = change_cm(&client, &ns.name, "changed").await?;
+    // What the stopped leader did: the record (as the writer writes it), then the delete.
+    let old = serde_json::to_value(jobs.get("migrate").await?)?;
+    let mut job = strip_job(&old);
+    job["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "STAKATER_APP_CONFIG_CONFIGMAP", "value": h2}]);
+    let records_ns = records_namespace(&ns.name);
+    let record = Record {
+        namespace: ns.name.clone(),
+        name: "migrate".into(),
+        old_uid: first_uid.clone().unwrap_or_default(),
+        job,
+    };
+    Records::new(client.clone(), &records_ns)
+        .write(&record)
+        .await?;
+    jobs.delete("migrate", &DeleteParams::background()).await?;
+    wait_for("the old Job to be gone", TIMEOUT, || async {
+        Ok(jobs.get_opt("migrate").await?.is_none().then_some(()))
+    })
+    .await?;
+
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            env: &[("POD_NAMESPACE", &records_ns)],
+            ..Default::default()
+        },
+    )
+    .await?;
+    let created = wait_for("the Job to be created from the record", TIMEOUT, || async {
+        Ok(jobs.get_opt("migrate").await?)
+    })
+    .await?;
+    let v = serde_json::to_value(&created)?;
+    assert_eq!(
+        v.pointer("/spec/template/spec/containers/0/env/0/value"),
+        Some(&json!(h2))
+    );
+    wait_for("the record to be removed", TIMEOUT, || async {
+        Ok(records_of(&client, &records_ns, &ns.name)
+            .await?
+            .is_empty()
+            .then_some(()))
+    })
+    .await?;
+    // Its marker is current: nothing more to do, and the Job stays the one created.
+    rk.settled(0.0).await?;
+    assert_eq!(jobs.get("migrate").await?.uid(), created.uid());
     rk.stop().await?;
     ns.cleanup().await
 }

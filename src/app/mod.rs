@@ -30,6 +30,7 @@ use crate::reload::catch_up::CatchUp;
 use crate::reload::lease::{self, Leadership};
 use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Queue, QueueConfig};
+use crate::reload::recreate::Records;
 use crate::reload::rollouts::Rollouts;
 use crate::reload::triggers::Triggers;
 use crate::reload::warm;
@@ -559,6 +560,7 @@ async fn serve_webhook(
     ))))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn writer(
     config: &Config,
     client: &Client,
@@ -586,6 +588,9 @@ fn writer(
     writer.default_window = config.reload_window.clone();
     writer.rollouts = rollouts;
     writer.sync = Some(sync);
+    if let Some(namespace) = &config.pod_namespace {
+        writer.recreates = Some(Records::new(client.clone(), namespace));
+    }
     if let Some(alerts) = config.alerts.clone() {
         tracing::info!(sink = ?alerts.sink, "alerts after reloads on");
         writer.alerter = Some(Alerter::start(alerts, metrics.clone())?);

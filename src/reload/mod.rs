@@ -5,6 +5,7 @@ pub mod error;
 pub mod lease;
 pub mod pause;
 pub mod queue;
+pub mod recreate;
 pub mod rollouts;
 pub mod triggers;
 pub mod warm;

@@ -51,6 +51,7 @@ use crate::index::{Index, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{Metrics, ReasonLabels, Skip};
 use crate::outbound::alert::{reload_message, Alerter};
 use crate::reload::lease::Leadership;
+use crate::reload::recreate::{self, Leftover, Record, Records};
 use crate::retry;
 use crate::watch::SyncProgress;
 
@@ -104,6 +105,9 @@ pub struct Writer {
     pub rollouts: Arc<Rollouts>,
     /// The first sync's progress: the writer starts once every workload watch has listed. None: at once.
     pub sync: Option<tokio::sync::watch::Receiver<SyncProgress>>,
+    /// Where Jobs being re-created are recorded (the replica's namespace); None: not recorded, and a
+    /// crash between a Job's delete and its create loses it.
+    pub recreates: Option<Records>,
     /// (workload, annotation value) pairs already reported as invalid: one Warning Event each.
     warned: Mutex<HashSet<(WorkloadKey, String)>>,
 }
@@ -171,6 +175,7 @@ impl Writer {
             default_window: None,
             rollouts: Rollouts::new(0, Duration::ZERO, false, metrics.clone()),
             sync: None,
+            recreates: None,
             warned: Mutex::default(),
         }
     }
@@ -180,14 +185,21 @@ impl Writer {
         self.wait_for_release_order(&shutdown).await;
         let slots = self.slots.clone();
         let mut leadership = self.leadership.clone();
+        let mut leading = false;
         loop {
             // A follower keeps its queue but never writes; the leader's catch-up covers its work.
             if !leadership.is_leader() {
+                leading = false;
                 tokio::select! {
                     _ = leadership.acquired() => {}
                     _ = shutdown.cancelled() => break,
                 }
                 self.queue.writer_resumed();
+            }
+            if !leading {
+                leading = true;
+                // Before any reload, so that none of them races a record being finished.
+                self.finish_recreates().await;
             }
             let (key, pending) = tokio::select! {
                 next = self.queue.next() => next,
@@ -1122,8 +1134,8 @@ impl Writer {
     /// gone through, the create is retried on transient errors for minutes (an apiserver restarting
     /// answers 500 for a few seconds): a read would find no Job and nothing left to reload, so this is
     /// the only place the Job still exists. For the same reason it is finished even if this replica's
-    /// lease runs out meanwhile: no other replica knows the Job is owed, and with the name fixed it
-    /// cannot be created twice. A crash between the two loses the Job (documented limit).
+    /// lease runs out meanwhile; with the name fixed it cannot be created twice. A crash between the
+    /// two is covered by the record written before the delete ([`crate::reload::recreate`]).
     async fn recreate_job(
         &self,
         jobs: &Api<DynamicObject>,
@@ -1136,7 +1148,11 @@ impl Writer {
             .map(String::from);
         let fresh = strip_job(working);
         let job: DynamicObject =
-            serde_json::from_value(fresh).map_err(|e| WriteError::Render(e.to_string()))?;
+            serde_json::from_value(fresh.clone()).map_err(|e| WriteError::Render(e.to_string()))?;
+        let recorded = match uid.as_deref() {
+            Some(uid) => self.record_recreate(key, uid, fresh).await?,
+            None => false,
+        };
         let delete = DeleteParams {
             preconditions: uid.clone().map(|uid| Preconditions {
                 uid: Some(uid),
@@ -1149,10 +1165,124 @@ impl Writer {
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 tracing::info!("the Job was re-created by another writer; nothing to do");
+                self.forget_recreate(recorded, uid.as_deref()).await;
                 return Ok(());
             }
             Err(e) => return Err(WriteError::from_kube("deleting the Job", e)),
         }
+        self.create_again(jobs, &job, uid.as_deref()).await?;
+        self.forget_recreate(recorded, uid.as_deref()).await;
+        Ok(())
+    }
+
+    /// Records the Job about to be re-created (see [`crate::reload::recreate`]); whether it was.
+    /// Without RBAC for the records, the re-create goes on unrecorded (a warning says so); any other
+    /// error fails this attempt, before anything was deleted.
+    async fn record_recreate(
+        &self,
+        key: &WorkloadKey,
+        old_uid: &str,
+        job: Value,
+    ) -> Result<bool, WriteError> {
+        let Some(records) = &self.recreates else {
+            return Ok(false);
+        };
+        let record = Record {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            old_uid: old_uid.to_string(),
+            job,
+        };
+        match records.write(&record).await {
+            Ok(()) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                self.metrics.error("recreate_record");
+                tracing::warn!(namespace = %records.namespace, error = %s.message,
+                    "cannot record the Job before re-creating it: a crash before the create would lose it");
+                Ok(false)
+            }
+            Err(e) => Err(WriteError::from_kube("recording the Job to re-create", e)),
+        }
+    }
+
+    /// Removes the record of a finished re-create; one left behind is removed by the next leader.
+    async fn forget_recreate(&self, recorded: bool, old_uid: Option<&str>) {
+        let (Some(records), Some(uid), true) = (&self.recreates, old_uid, recorded) else {
+            return;
+        };
+        if let Err(e) = records.remove(uid).await {
+            self.metrics.error("recreate_record");
+            tracing::warn!(error = %e, "could not remove the record of a finished re-create; the next leader will");
+        }
+    }
+
+    /// Finishes the re-creates a leader recorded and did not finish (it stopped between a Job's
+    /// delete and its create): each Job gone is created from its record, then the record goes.
+    async fn finish_recreates(&self) {
+        let Some(records) = &self.recreates else {
+            return;
+        };
+        let (left, invalid) = match records.list().await {
+            Ok(found) => found,
+            Err(e) => {
+                self.metrics.error("recreate_record");
+                tracing::warn!(error = %e, "could not list the Jobs left to re-create");
+                return;
+            }
+        };
+        for (name, why) in invalid {
+            self.metrics.error("recreate_record");
+            tracing::warn!(configmap = %name, %why, "not a record of a Job to re-create; left alone");
+        }
+        for record in left {
+            let jobs: Api<DynamicObject> = Api::namespaced_with(
+                self.client.clone(),
+                &record.namespace,
+                &WorkloadKind::Job.api_resource(),
+            );
+            let current = match jobs.get_opt(&record.name).await {
+                Ok(current) => current,
+                Err(e) => {
+                    self.metrics.error("recreate");
+                    tracing::warn!(job = %record.name, namespace = %record.namespace, error = %e,
+                        "could not read a Job left to re-create");
+                    continue;
+                }
+            };
+            let now = current.as_ref().map(|j| {
+                (
+                    j.metadata.uid.as_deref().unwrap_or_default(),
+                    j.metadata.deletion_timestamp.is_some(),
+                )
+            });
+            if recreate::leftover(&record, now) == Leftover::Create {
+                let job = serde_json::from_value::<DynamicObject>(record.job.clone());
+                let created = match job {
+                    Ok(job) => self.create_again(&jobs, &job, Some(&record.old_uid)).await,
+                    Err(e) => Err(WriteError::Render(e.to_string())),
+                };
+                if let Err(e) = created {
+                    self.metrics.error("recreate");
+                    tracing::error!(job = %record.name, namespace = %record.namespace, error = %e,
+                        "could not create a Job left deleted by the previous leader; its record stays");
+                    continue;
+                }
+                tracing::warn!(job = %record.name, namespace = %record.namespace,
+                    "created a Job the previous leader deleted and did not create again");
+            }
+            self.forget_recreate(true, Some(&record.old_uid)).await;
+        }
+    }
+
+    /// Creates `job` again after its predecessor (`old_uid`) was deleted: retried on transient errors
+    /// and while the old Job is still there, for minutes, since nothing else would create it.
+    async fn create_again(
+        &self,
+        jobs: &Api<DynamicObject>,
+        job: &DynamicObject,
+        old_uid: Option<&str>,
+    ) -> Result<(), WriteError> {
+        let name = job.metadata.name.clone().unwrap_or_default();
         let params = PostParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
@@ -1160,13 +1290,13 @@ impl Writer {
         // The old Job is removed in the background; until it is gone the create meets AlreadyExists
         // (`Err(None)`: wait and try again), as it does a transient error.
         let create = || async {
-            match jobs.create(&params, &job).await {
+            match jobs.create(&params, job).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     // Still the old Job, or one another writer created meanwhile (then: done).
-                    let current = jobs.get_opt(&key.name).await.ok().flatten();
+                    let current = jobs.get_opt(&name).await.ok().flatten();
                     match current {
-                        Some(j) if j.metadata.uid != uid => Ok(()),
+                        Some(j) if j.metadata.uid.as_deref() != old_uid => Ok(()),
                         _ => Err(None),
                     }
                 }
