@@ -1202,7 +1202,7 @@ async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
     wait_rollouts_finished(&deployments, 3).await?;
     let stamped = env_value(&get_json(&deployments, "canary").await?, MARKER_ENV)
         .ok_or_else(|| anyhow::anyhow!("the canary was not stamped"))?;
-    let policy = refuse_new_canary_pods(&client, &ns.name, &stamped).await?;
+    let policy = refuse_new_pods(&client, &ns.name, &["canary"], &stamped).await?;
 
     change_cm(&client, &ns.name, "app-config", "broken").await?;
     let halted = wait_for("the canary's halt", Duration::from_secs(90), || async {
@@ -1294,6 +1294,100 @@ async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
     Ok(())
 }
 
+/// `--halt-on-failed-rollout` with the rollout budget: two workloads are owed a change and the new
+/// pods of both are refused. Whichever takes the only slot first fails its rollout; the change is
+/// halted on it without any canary, and the other, which waited for the slot, waits for the halt
+/// (held from the moment the failure is seen, though the failure freed the slot). When the failed one
+/// recovers, the other reloads once.
+#[tokio::test]
+async fn with_halt_on_failed_rollout_any_failed_rollout_halts_its_change() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-halt-any").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &[
+                "--reload-debounce=0",
+                "--halt-on-failed-rollout",
+                "--max-rollouts-in-progress=1",
+            ],
+            ..Default::default()
+        },
+    )
+    .await?;
+    for name in ["first", "second"] {
+        let mut d = deployment(name).auto().uses_configmap("app-config").build();
+        d["spec"]["progressDeadlineSeconds"] = json!(5);
+        apply_value(&client, Some(&ns.name), d).await?;
+    }
+    rk.wait_indexed(2.0).await?;
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    wait_rollouts_finished(&deployments, 2).await?;
+    let stamped = env_value(&get_json(&deployments, "first").await?, MARKER_ENV)
+        .ok_or_else(|| anyhow::anyhow!("first was not stamped"))?;
+    let policy = refuse_new_pods(&client, &ns.name, &["first", "second"], &stamped).await?;
+
+    change_cm(&client, &ns.name, "app-config", "broken").await?;
+    let halted = wait_for("a halt", Duration::from_secs(90), || async {
+        let all = all_deployments(&deployments).await?;
+        Ok(all.into_iter().find_map(|d| {
+            let halt = d.pointer(HALTED).and_then(Value::as_str)?.to_string();
+            Some((d["metadata"]["name"].as_str()?.to_string(), halt))
+        }))
+    })
+    .await;
+    let (failed, halted) = described(halted, &rk, &deployments).await?;
+    let other = if failed == "first" { "second" } else { "first" };
+    let halt: Value = serde_json::from_str(&halted)?;
+    assert_eq!(halt["reason"], "progress_deadline", "{halt}");
+    assert_eq!(halt["changes"][0]["name"], "app-config", "{halt}");
+    let waited = wait_for("the other to wait for the halt", TIMEOUT, || async {
+        let waiting = rk
+            .metric("rekindle_reloads_deferred{reason=\"halt\"}")
+            .await?;
+        Ok((waiting == 1.0).then_some(()))
+    })
+    .await;
+    described(waited, &rk, &deployments).await?;
+    assert_eq!(
+        rk.metric("rekindle_rollouts_failed_total{reason=\"progress_deadline\"}")
+            .await?,
+        1.0
+    );
+    assert_eq!(
+        generation(&get_json(&deployments, other).await?),
+        1,
+        "{other} waits"
+    );
+
+    policy.remove(&client).await?;
+    let resumed = wait_for(
+        "the halt to end and the other to reload",
+        Duration::from_secs(120),
+        || async {
+            let all = all_deployments(&deployments).await?;
+            let done = all.iter().all(|d| {
+                env_value(d, MARKER_ENV) != Some(stamped.clone())
+                    && rollout_finished(d)
+                    && d.pointer(HALTED).is_none()
+            });
+            Ok(done.then_some(()))
+        },
+    )
+    .await;
+    described(resumed, &rk, &deployments).await?;
+    rk.settled(0.0).await?;
+    assert_eq!(
+        generation(&get_json(&deployments, other).await?),
+        2,
+        "{other} reloaded once"
+    );
+    assert_eq!(rk.metric("rekindle_reload_halts_total ").await?, 1.0);
+    Ok(())
+}
+
 const MARKER_ENV: &str = "STAKATER_APP_CONFIG_CONFIGMAP";
 
 /// A wait's result, with the canary test's state added to its error.
@@ -1353,11 +1447,22 @@ impl Policy {
     }
 }
 
-/// Refuses, in `ns`, pods of the `canary` Deployment whose config marker is not `stamped`.
-async fn refuse_new_canary_pods(client: &Client, ns: &str, stamped: &str) -> Result<Policy> {
-    let name = format!("refuse-canary-{ns}");
+/// Refuses, in `ns`, pods of the Deployments `apps` whose config marker is not `stamped`.
+async fn refuse_new_pods(
+    client: &Client,
+    ns: &str,
+    apps: &[&str],
+    stamped: &str,
+) -> Result<Policy> {
+    let app = apps[0];
+    let name = format!("refuse-{app}-{ns}");
+    let listed = apps
+        .iter()
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let allowed = format!(
-        "!has(object.metadata.labels) || object.metadata.labels[?'app'].orValue('') != 'canary' || \
+        "!has(object.metadata.labels) || !(object.metadata.labels[?'app'].orValue('') in [{listed}]) || \
          (has(object.spec.containers[0].env) && object.spec.containers[0].env.exists(e, e.name == '{MARKER_ENV}' && has(e.value) && e.value == '{stamped}'))"
     );
     apply_value(
@@ -1370,7 +1475,7 @@ async fn refuse_new_canary_pods(client: &Client, ns: &str, stamped: &str) -> Res
                 "failurePolicy": "Fail",
                 "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
                     "operations": ["CREATE"], "resources": ["pods"]}]},
-                "validations": [{"expression": allowed, "message": "the canary's new configuration is refused"}],
+                "validations": [{"expression": allowed, "message": "the new configuration is refused"}],
             },
         }),
     )
@@ -1389,40 +1494,33 @@ async fn refuse_new_canary_pods(client: &Client, ns: &str, stamped: &str) -> Res
         }),
     )
     .await?;
-    // The apiserver loads policies asynchronously: a canary pod with another configuration, created
-    // as a dry run, is refused once the policy is in force. (Were it not, the canary's new pod could
-    // be admitted, and a halt written at a slow rollout's deadline would end when the pod came up.)
+    // The apiserver loads policies asynchronously: a pod with another configuration, created as a
+    // dry run, is refused once the policy is in force. (Were it not, the new pod could be admitted,
+    // and a halt written at a slow rollout's deadline would end when the pod came up.)
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
     let probe: Pod = serde_json::from_value(json!({
-        "metadata": {"generateName": "probe-", "labels": {"app": "canary"}},
+        "metadata": {"generateName": "probe-", "labels": {"app": app}},
         "spec": {"containers": [{"name": "app", "image": "app",
             "env": [{"name": MARKER_ENV, "value": "another"}]}]},
     }))?;
-    wait_for(
-        "the policy to refuse the canary's new pods",
-        TIMEOUT,
-        || async {
-            match pods
-                .create(
-                    &PostParams {
-                        dry_run: true,
-                        ..Default::default()
-                    },
-                    &probe,
-                )
-                .await
-            {
-                Ok(_) => Ok(None),
-                Err(kube::Error::Api(e))
-                    if e.message
-                        .contains("the canary's new configuration is refused") =>
-                {
-                    Ok(Some(()))
-                }
-                Err(e) => Err(e.into()),
+    wait_for("the policy to refuse the new pods", TIMEOUT, || async {
+        match pods
+            .create(
+                &PostParams {
+                    dry_run: true,
+                    ..Default::default()
+                },
+                &probe,
+            )
+            .await
+        {
+            Ok(_) => Ok(None),
+            Err(kube::Error::Api(e)) if e.message.contains("the new configuration is refused") => {
+                Ok(Some(()))
             }
-        },
-    )
+            Err(e) => Err(e.into()),
+        }
+    })
     .await?;
     Ok(Policy(name))
 }

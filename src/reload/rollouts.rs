@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::core::refs::ResourceRef;
 use crate::core::release::HaltedChange;
 use crate::core::rollout::{self, Failure, Progress};
 use crate::index::WorkloadKey;
@@ -58,6 +59,9 @@ struct State {
     seeded: bool,
     /// Failures not yet handed to the writer.
     failed: Vec<FailedRollout>,
+    /// Failures that halt their changes, until the halt is in the workload's annotation: the writer
+    /// holds those changes meanwhile, so a slot the failure freed goes to no reload of them.
+    halting: Vec<FailedRollout>,
 }
 
 struct Slot {
@@ -262,12 +266,45 @@ impl Rollouts {
                 reason: reason.label().into(),
             })
             .inc();
-        state.failed.push(FailedRollout {
+        let failure = FailedRollout {
             key,
             reason,
             halts: (self.halt_on_failure || slot.canary) && !slot.changes.is_empty(),
             changes: slot.changes,
-        });
+        };
+        if failure.halts {
+            state.halting.push(failure.clone());
+        }
+        state.failed.push(failure);
+    }
+
+    /// The halt of the workload's failure is written (or the workload is gone): the index holds it now.
+    pub fn halt_written(&self, key: &WorkloadKey) {
+        self.lock().halting.retain(|f| f.key != *key);
+    }
+
+    pub fn has_unwritten_halts(&self) -> bool {
+        !self.lock().halting.is_empty()
+    }
+
+    /// A failure in `namespace` that halts the change of `r` to `hash` and whose halt is not written
+    /// yet: the workload that failed, and why.
+    pub fn unwritten_halt(
+        &self,
+        namespace: &str,
+        r: &ResourceRef,
+        hash: &str,
+    ) -> Option<(WorkloadKey, Failure)> {
+        self.lock()
+            .halting
+            .iter()
+            .find(|f| {
+                f.key.namespace == namespace
+                    && f.changes
+                        .iter()
+                        .any(|c| c.kind == r.kind && c.name == r.name && c.hash == hash)
+            })
+            .map(|f| (f.key.clone(), f.reason))
     }
 
     /// A failure whose halt could not be written: handed over again at the next tick.
@@ -293,6 +330,7 @@ impl Rollouts {
         if !leading {
             state.in_progress.clear();
             state.failed.clear();
+            state.halting.clear();
             state.seeded = false;
             self.set_gauge(&state);
             return 0;
@@ -504,6 +542,40 @@ mod tests {
         let failed = halting.take_failed();
         assert_eq!(failed[0].reason, Failure::Timeout);
         assert!(failed[0].halts);
+    }
+
+    #[test]
+    fn a_failure_that_halts_holds_its_change_until_the_halt_is_written() {
+        let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
+        let r = Rollouts::new(1, Duration::from_secs(600), true, metrics);
+        r.tick(true, true, Instant::now());
+        let c = &change()[0];
+        let cm = ResourceRef {
+            kind: c.kind,
+            name: c.name.clone(),
+        };
+        assert_eq!(r.admit(&key("a"), 0), Admission::Go);
+        r.written(&key("a"), &deployment(2, false), change(), false);
+        r.observe(&key("a"), &failed(2));
+        // The slot is free at once, but the change is held until the halt is in the annotation.
+        assert_eq!(r.in_progress(), 0);
+        assert!(r.has_unwritten_halts());
+        assert_eq!(
+            r.unwritten_halt("ns", &cm, &c.hash),
+            Some((key("a"), Failure::ProgressDeadline))
+        );
+        assert_eq!(r.unwritten_halt("other", &cm, &c.hash), None);
+        assert_eq!(r.unwritten_halt("ns", &cm, "another hash"), None);
+        assert_eq!(r.take_failed().len(), 1);
+        assert!(r.has_unwritten_halts(), "taken, not written yet");
+        r.halt_written(&key("a"));
+        assert!(!r.has_unwritten_halts());
+        // A replica that stops leading forgets halts it did not write.
+        r.written(&key("b"), &deployment(2, false), change(), false);
+        r.observe(&key("b"), &failed(2));
+        assert!(r.has_unwritten_halts());
+        r.tick(false, true, Instant::now());
+        assert!(!r.has_unwritten_halts());
     }
 
     #[test]

@@ -450,7 +450,7 @@ impl Writer {
         key: &WorkloadKey,
         pending: Pending,
     ) -> ControlFlow<Finished, Pending> {
-        if !self.index.has_release_marks() {
+        if !self.index.has_release_marks() && !self.rollouts.has_unwritten_halts() {
             return ControlFlow::Continue(pending);
         }
         let Some((reason, why)) = self.release_hold(key, &pending) else {
@@ -496,6 +496,15 @@ impl Writer {
                 continue;
             };
             let hash = &*resource.hash;
+            if let Some((failed, reason)) = self.rollouts.unwritten_halt(&key.namespace, r, hash) {
+                return Some((
+                    Deferred::Halt,
+                    format!(
+                        "the change of {} '{}' is halted: the rollout of {} '{}' failed ({}); its halt is being written",
+                        r.kind.kind_name(), r.name, failed.kind, failed.name, reason.label()
+                    ),
+                ));
+            }
             for (peer, release, marker) in self.index.release_peers(&key.namespace, r) {
                 if let Some(halt) = release.halt().filter(|h| h.holds(r, hash)) {
                     return Some((
@@ -605,11 +614,14 @@ impl Writer {
         if let Err(e) = self.annotate(key, body).await {
             tracing::warn!(workload = %key, error = %e, "could not write the halt; trying again");
             self.metrics.error("halt");
-            if !matches!(e, WriteError::Gone) {
+            if matches!(e, WriteError::Gone) {
+                self.rollouts.halt_written(key);
+            } else {
                 self.rollouts.failed_again(failed.clone());
             }
             return;
         }
+        self.rollouts.halt_written(key);
         self.metrics.reload_halts.inc();
         let changes: Vec<String> = halt
             .changes

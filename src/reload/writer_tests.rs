@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::Writer;
 use crate::core::plan::PlanConfig;
 use crate::core::refs::ResourceRef;
+use crate::core::release::HaltedChange;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{Metrics, ReasonLabels};
@@ -640,4 +641,28 @@ async fn workloads_wait_for_their_canary_and_for_a_halt_of_the_change() {
     // The canary itself goes first.
     hold(canary(Some("h1"), json!({}), true));
     assert!(f.writer.release_hold(&canary_key, &pending).is_none());
+    // A canary's rollout seen failing holds the change before its halt is written (the workload
+    // stands as a plain Deployment in the index here, so that only the unwritten halt can hold).
+    let rollouts = &f.writer.rollouts;
+    let changed = vec![HaltedChange {
+        kind: ResourceKind::ConfigMap,
+        name: "cfg".into(),
+        hash: "h2".into(),
+    }];
+    rollouts.written(
+        &canary_key,
+        &canary(Some("h2"), json!({}), false),
+        changed,
+        true,
+    );
+    let mut failing = canary(Some("h2"), json!({}), false);
+    failing["status"]["conditions"][0]["reason"] = json!("ProgressDeadlineExceeded");
+    rollouts.observe(&canary_key, &failing);
+    assert_eq!(
+        hold(deployment("8")),
+        Some(Deferred::Halt),
+        "not written yet"
+    );
+    rollouts.halt_written(&canary_key);
+    assert_eq!(hold(deployment("9")), None);
 }
