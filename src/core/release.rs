@@ -57,6 +57,13 @@ pub struct HaltedChange {
     pub hash: String,
 }
 
+impl HaltedChange {
+    /// Whether it is the change of `r` to `hash`.
+    pub fn is(&self, r: &ResourceRef, hash: &str) -> bool {
+        self.kind == r.kind && self.name == r.name && self.hash == hash
+    }
+}
+
 /// The value of `rekindle.io/reload-halted`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Halt {
@@ -69,9 +76,7 @@ pub struct Halt {
 impl Halt {
     /// Whether it holds back the change of `r` to `hash`.
     pub fn holds(&self, r: &ResourceRef, hash: &str) -> bool {
-        self.changes
-            .iter()
-            .any(|c| c.kind == r.kind && c.name == r.name && c.hash == hash)
+        self.changes.iter().any(|c| c.is(r, hash))
     }
 
     pub fn to_annotation(&self) -> String {

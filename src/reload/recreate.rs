@@ -69,7 +69,7 @@ impl Record {
     }
 }
 
-pub fn record_name(old_uid: &str) -> String {
+fn record_name(old_uid: &str) -> String {
     format!("rekindle-recreate-{old_uid}")
 }
 
@@ -117,14 +117,10 @@ impl Records {
     /// Writes (or overwrites) the record of one re-create.
     pub async fn write(&self, record: &Record) -> Result<(), kube::Error> {
         let params = PatchParams::apply("rekindle").force();
-        let mut cm = record.to_configmap();
-        cm.metadata.namespace = Some(self.namespace.clone());
-        let body = serde_json::json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": cm.metadata, "data": cm.data,
-        });
+        // A typed object serialises with its apiVersion and kind, as server-side apply wants.
+        let cm = record.to_configmap();
         self.api
-            .patch(&record_name(&record.old_uid), &params, &Patch::Apply(body))
+            .patch(&record_name(&record.old_uid), &params, &Patch::Apply(&cm))
             .await
             .map(|_| ())
     }

@@ -298,12 +298,7 @@ impl Rollouts {
         self.lock()
             .halting
             .iter()
-            .find(|f| {
-                f.key.namespace == namespace
-                    && f.changes
-                        .iter()
-                        .any(|c| c.kind == r.kind && c.name == r.name && c.hash == hash)
-            })
+            .find(|f| f.key.namespace == namespace && f.changes.iter().any(|c| c.is(r, hash)))
             .map(|f| (f.key.clone(), f.reason))
     }
 

@@ -1161,9 +1161,10 @@ impl Writer {
         let fresh = strip_job(working);
         let job: DynamicObject =
             serde_json::from_value(fresh.clone()).map_err(|e| WriteError::Render(e.to_string()))?;
+        // The UID the record is kept under, if one was written.
         let recorded = match uid.as_deref() {
-            Some(uid) => self.record_recreate(key, uid, fresh).await?,
-            None => false,
+            Some(uid) if self.record_recreate(key, uid, fresh).await? => Some(uid),
+            _ => None,
         };
         let delete = DeleteParams {
             preconditions: uid.clone().map(|uid| Preconditions {
@@ -1177,13 +1178,13 @@ impl Writer {
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 tracing::info!("the Job was re-created by another writer; nothing to do");
-                self.forget_recreate(recorded, uid.as_deref()).await;
+                self.forget_recreate(recorded).await;
                 return Ok(());
             }
             Err(e) => return Err(WriteError::from_kube("deleting the Job", e)),
         }
         self.create_again(jobs, &job, uid.as_deref()).await?;
-        self.forget_recreate(recorded, uid.as_deref()).await;
+        self.forget_recreate(recorded).await;
         Ok(())
     }
 
@@ -1217,9 +1218,10 @@ impl Writer {
         }
     }
 
-    /// Removes the record of a finished re-create; one left behind is removed by the next leader.
-    async fn forget_recreate(&self, recorded: bool, old_uid: Option<&str>) {
-        let (Some(records), Some(uid), true) = (&self.recreates, old_uid, recorded) else {
+    /// Removes the record of a finished re-create (kept under `old_uid`; None: none was written); one
+    /// left behind is removed by the next leader.
+    async fn forget_recreate(&self, old_uid: Option<&str>) {
+        let (Some(records), Some(uid)) = (&self.recreates, old_uid) else {
             return;
         };
         if let Err(e) = records.remove(uid).await {
@@ -1282,7 +1284,7 @@ impl Writer {
                 tracing::warn!(job = %record.name, namespace = %record.namespace,
                     "created a Job the previous leader deleted and did not create again");
             }
-            self.forget_recreate(true, Some(&record.old_uid)).await;
+            self.forget_recreate(Some(&record.old_uid)).await;
         }
     }
 
