@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Builds the components users run beside rekindle, from their Go modules, cached by version outside the
 # repository (a binary already in the cache is never rebuilt): Prometheus and promtool, the Argo Rollouts
-# controller. Also fetches the CRDs the tests install from the same modules.
+# controller, cert-manager, the Secrets Store CSI driver. Also fetches the CRDs the tests install from the
+# same modules.
 #
-# Usage: build-companions.sh [all|prometheus|rollouts|cert-manager]. Prints the bin directory on the last
-# line. Environment: PROMETHEUS_VERSION (v0.316.0), ROLLOUTS_VERSION (v1.10.1), PROM_OPERATOR_VERSION
-# (v0.85.0), CERT_MANAGER_VERSION (v1.21.2), REKINDLE_E2E_CACHE (~/.cache/rekindle-e2e).
+# Usage: build-companions.sh [all|prometheus|rollouts|cert-manager|csi|csi-crds]. Prints the bin
+# directory on the last line (csi and csi-crds: the CSI driver's own directory, whose crds/ csi-crds
+# fills without building anything). Environment: PROMETHEUS_VERSION (v0.316.0), ROLLOUTS_VERSION
+# (v1.10.1), PROM_OPERATOR_VERSION (v0.85.0), CERT_MANAGER_VERSION (v1.21.2), CSI_DRIVER_VERSION
+# (v1.6.0), REKINDLE_E2E_CACHE (~/.cache/rekindle-e2e).
 set -euo pipefail
 
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 ROLLOUTS_VERSION="${ROLLOUTS_VERSION:-v1.10.1}"
 PROM_OPERATOR_VERSION="${PROM_OPERATOR_VERSION:-v0.85.0}"
 CERT_MANAGER_VERSION="${CERT_MANAGER_VERSION:-v1.21.2}"
+CSI_DRIVER_VERSION="${CSI_DRIVER_VERSION:-v1.6.0}"
+# The kubelet's plugin-registration API, at the Kubernetes libraries' version the driver pins.
+KUBELET_API_VERSION="${KUBELET_API_VERSION:-v0.30.1}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 CACHE="${REKINDLE_E2E_CACHE:-$HOME/.cache/rekindle-e2e}"
 BIN="$CACHE/companions/bin-prometheus-$PROMETHEUS_VERSION-rollouts-$ROLLOUTS_VERSION-cert-manager-$CERT_MANAGER_VERSION"
@@ -104,12 +110,55 @@ build_cert_manager() {
   fi
 }
 
+# The Secrets Store CSI driver, unchanged from its module; its main package imports monis.app/mlog, which
+# is not served, so e2e/companions/secrets-store-csi/mlog stands in for it. Beside it, our registrar and
+# test provider (e2e/companions/secrets-store-csi), rebuilt whenever their source changes. Its CRDs and
+# CSIDriver object come from the driver's own chart in the same module (the CSIDriver rendered with
+# secret rotation on, as its chart does for `enableSecretRotation=true`).
+CSI_BIN="$CACHE/companions/bin-secrets-store-csi-$CSI_DRIVER_VERSION"
+csi_crds() {
+  mkdir -p "$CSI_BIN/crds"
+  [ -f "$CSI_BIN/crds/secrets-store.csi.x-k8s.io.yaml" ] && [ -f "$CSI_BIN/crds/csidriver.yaml" ] && return 0
+  local mod chart helm_bin
+  mod="$(module_dir "sigs.k8s.io/secrets-store-csi-driver@$CSI_DRIVER_VERSION")"
+  chart="$mod/charts/secrets-store-csi-driver"
+  for f in "$chart"/crds/*.yaml; do echo "---"; cat "$f"; done >"$CSI_BIN/crds/secrets-store.csi.x-k8s.io.yaml.tmp"
+  mv "$CSI_BIN/crds/secrets-store.csi.x-k8s.io.yaml.tmp" "$CSI_BIN/crds/secrets-store.csi.x-k8s.io.yaml"
+  helm_bin="$("$HERE/build-binaries.sh" helm | tail -n 1)/helm"
+  "$helm_bin" template secrets-store "$chart" --set enableSecretRotation=true \
+    --show-only templates/csidriver.yaml >"$CSI_BIN/crds/csidriver.yaml.tmp"
+  mv "$CSI_BIN/crds/csidriver.yaml.tmp" "$CSI_BIN/crds/csidriver.yaml"
+}
+
+build_csi() {
+  local src="$HERE/../companions/secrets-store-csi" dir="$WORK/secrets-store-csi-$CSI_DRIVER_VERSION"
+  mkdir -p "$CSI_BIN" "$dir" && cd "$dir"
+  if ! [ -x "$CSI_BIN/secrets-store-csi-driver" ] || ! [ -x "$CSI_BIN/secrets-store-csi-e2e" ] \
+    || ! cmp -s "$src/main.go" main.go || ! cmp -s "$src/mlog/mlog.go" mlog/mlog.go; then
+    rm -rf mlog && cp -r "$src/mlog" mlog && cp "$src/main.go" "$src/tools.go" .
+    if [ ! -f go.mod ]; then
+      go mod init rekindle-e2e/secrets-store-csi >/dev/null 2>&1
+      go mod edit -require="sigs.k8s.io/secrets-store-csi-driver@$CSI_DRIVER_VERSION" \
+        -require="k8s.io/kubelet@$KUBELET_API_VERSION" -replace=monis.app/mlog=./mlog
+    fi
+    log "resolving and building the Secrets Store CSI driver $CSI_DRIVER_VERSION, its registrar and the test provider"
+    go mod tidy >&2
+    go build -trimpath -ldflags "-s -w" -o "$CSI_BIN/secrets-store-csi-driver.tmp" sigs.k8s.io/secrets-store-csi-driver/cmd/secrets-store-csi-driver
+    go build -trimpath -ldflags "-s -w" -o "$CSI_BIN/secrets-store-csi-e2e.tmp" .
+    mv "$CSI_BIN/secrets-store-csi-driver.tmp" "$CSI_BIN/secrets-store-csi-driver"
+    mv "$CSI_BIN/secrets-store-csi-e2e.tmp" "$CSI_BIN/secrets-store-csi-e2e"
+  fi
+  csi_crds
+}
+
 what="${1:-all}"
 case "$what" in
-  all) build_prometheus; build_rollouts; build_cert_manager ;;
+  all) build_prometheus; build_rollouts; build_cert_manager; build_csi ;;
   prometheus) build_prometheus ;;
   rollouts) build_rollouts ;;
   cert-manager) build_cert_manager ;;
-  *) echo "usage: $0 [all|prometheus|rollouts|cert-manager]" >&2; exit 2 ;;
+  csi) build_csi; echo "$CSI_BIN"; exit 0 ;;
+  csi-crds) csi_crds; echo "$CSI_BIN"; exit 0 ;;
+  *) echo "usage: $0 [all|prometheus|rollouts|cert-manager|csi|csi-crds]" >&2; exit 2 ;;
 esac
 echo "$BIN"

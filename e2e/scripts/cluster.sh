@@ -135,9 +135,27 @@ up() {
     --initial-cluster "e2e=http://127.0.0.1:$etcd_peer" --unsafe-no-fsync --log-level warn
   wait_for etcd 30 curl -sf "http://127.0.0.1:$etcd_port/health"
 
+  # The audit log records who wrote each workload (user, agent, verb, response code): what a failed
+  # test's logs (keep-logs) need to tell rekindle's writes from the controllers'.
+  cat >"$STATE/audit-policy.yaml" <<'YAML'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete"]
+  resources:
+  - group: apps
+    resources: ["deployments", "statefulsets", "daemonsets"]
+  - group: batch
+    resources: ["jobs", "cronjobs"]
+- level: None
+YAML
   start kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
     --endpoint-reconciler-type none \
+    --audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$LOGS/audit.log" \
+    --audit-log-maxsize 100 --audit-log-maxbackup 1 \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
     --client-ca-file "$PKI/ca.crt" \
     --service-account-issuer https://kubernetes.default.svc \

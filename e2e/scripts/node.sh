@@ -12,6 +12,8 @@
 #   node.sh status             say what runs
 #   node.sh exec -- CMD...     run CMD inside the node's network namespace with KUBECONFIG set to the
 #                              admin's: where the apiserver, pods and Services can be reached
+#                              (REKINDLE_KUBELET_ROOT names the kubelet's root directory, where CSI
+#                              drivers register)
 #   node.sh import FILE...     import OCI archives into the node's containerd
 #   node.sh restart C [SECS]   SIGKILL etcd or kube-apiserver, wait SECS (3), start it again
 #   node.sh keep-logs          after a failed run: copy the node's logs to target/e2e-node-failed-logs
@@ -172,6 +174,9 @@ authentication:
 authorization:
   mode: AlwaysAllow
 serializeImagePulls: false
+# A pod's periodic sync is when the kubelet republishes CSI volumes whose driver asks for it (the Secrets
+# Store CSI driver's rotation): every 10 s instead of every minute, so a rotation reaches its pods soon.
+syncFrequency: 10s
 YAML
   cat >"$STATE/kube-proxy.yaml" <<YAML
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -426,7 +431,8 @@ case "$cmd" in
     [ -f "$STATE/env" ] || die "the node is not up (just node-up)"
     # shellcheck disable=SC1091
     source "$STATE/env"
-    exec nsenter --net="/run/netns/$NETNS" -- env KUBECONFIG="$KUBECONFIG" PATH="$BIN:$PATH" "$@"
+    exec nsenter --net="/run/netns/$NETNS" -- env KUBECONFIG="$KUBECONFIG" PATH="$BIN:$PATH" \
+      REKINDLE_KUBELET_ROOT="$STATE/kubelet/root" "$@"
     ;;
   import) shift; import_images "$@" ;;
   restart) shift; restart "$@" ;;

@@ -3,6 +3,7 @@
 
 pub mod chart;
 pub mod companions;
+pub mod csi;
 pub mod fixtures;
 pub mod migration;
 pub mod node;

@@ -315,9 +315,7 @@ async fn webhook_url_mode_posts_changes_and_touches_no_workload() -> Result<()> 
 #[tokio::test]
 async fn csi_secret_provider_class_changes_reload_once() -> Result<()> {
     let client = admin_client().await?;
-    let crds =
-        std::fs::read_to_string(e2e::root().join("e2e/fixtures/crds/secrets-store-csi.yaml"))?;
-    apply_yaml(&client, None, &crds).await?;
+    apply_yaml(&client, None, &e2e::csi::crds()?).await?;
     let ns = TestNamespace::new(&client, "e2e-csi").await?;
     wait_for("the SPCPS CRD to be served", TIMEOUT, || async {
         Ok(dynamic_api(

@@ -27,6 +27,10 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
 
+#[path = "install/csi.rs"]
+mod csi;
+use csi::secrets_store_csi_driver_body;
+
 static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
 const WEBHOOK: &str = "workloads.rekindle.io";
@@ -1690,4 +1694,5 @@ install_test! {
     argo_rollouts_restart_and_rollout => argo_rollouts_restart_and_rollout_body,
     cert_manager_default_install_issues_injects_and_renews => cert_manager_default_install_issues_injects_and_renews_body,
     cert_manager_with_your_cluster_issuer => cert_manager_with_your_cluster_issuer_body,
+    secrets_store_csi_driver => secrets_store_csi_driver_body,
 }
