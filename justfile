@@ -73,13 +73,13 @@ node-up: image
     e2e/scripts/node.sh up
 
 # The components users pair rekindle with (Prometheus and promtool, cert-manager, the Argo Rollouts
-# controller), built from their Go modules and cached by version (the install tests run them; the node's
+# controller, the Secrets Store CSI driver), built from their Go modules and cached by version (the install tests run them; the node's
 # namespace has no network to build them in).
 companions:
     e2e/scripts/build-companions.sh all >/dev/null
 
 # The install tests on the real node: the README's helm commands, through the chart's own webhook, and
-# with real cert-manager, Prometheus and Argo Rollouts.
+# with real cert-manager, Prometheus, Argo Rollouts and the Secrets Store CSI driver.
 e2e-install: node-up companions
     cargo build -p certs-gen
     cargo test -p e2e --features real-node --test image

@@ -1424,7 +1424,41 @@ async fn canary_state(rk: &Rekindle, deployments: &Api<DynamicObject>) -> String
         })),
         Err(e) => state.push(format!("deployments: {e:#}")),
     }
+    if let Ok(ns) = deployments
+        .get_opt("canary")
+        .await
+        .map(|d| d.and_then(|d| d.metadata.namespace))
+    {
+        state.push(format!(
+            "writes: {}",
+            workload_writes(ns.as_deref().unwrap_or_default())
+        ));
+    }
     state.join("; ")
+}
+
+/// Who wrote the namespace's workloads, in order, from the cluster's audit log (cluster.sh).
+fn workload_writes(ns: &str) -> String {
+    let log = std::fs::read_to_string(e2e::state_dir().join("logs/audit.log")).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e.pointer("/objectRef/namespace").and_then(Value::as_str) == Some(ns))
+        .map(|e| {
+            format!(
+                "{} {} {} by {} ({})",
+                e["stageTimestamp"].as_str().unwrap_or_default(),
+                e["verb"].as_str().unwrap_or_default(),
+                e.pointer("/objectRef/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                e.pointer("/user/username")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                e.pointer("/responseStatus/code").unwrap_or(&Value::Null)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A cluster-wide admission policy, bound to one namespace, removed when the test is done with it.

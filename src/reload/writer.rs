@@ -667,6 +667,7 @@ impl Writer {
             } else {
                 continue;
             };
+            tracing::info!(workload = %key, why, progress = ?release.progress, "ending the halt");
             let body = serde_json::json!({"metadata": {"annotations": {HALTED_ANNOTATION: null}}});
             if let Err(e) = self.annotate(&key, body).await {
                 tracing::warn!(workload = %key, error = %e, "could not remove the halt; tried again");
