@@ -4,11 +4,12 @@
 # controller, cert-manager, the Secrets Store CSI driver. Also fetches the CRDs the tests install from the
 # same modules.
 #
-# Usage: build-companions.sh [all|prometheus|rollouts|cert-manager|csi|csi-crds]. Prints the bin
-# directory on the last line (csi and csi-crds: the CSI driver's own directory, whose crds/ csi-crds
-# fills without building anything). Environment: PROMETHEUS_VERSION (v0.316.0), ROLLOUTS_VERSION
+# Usage: build-companions.sh [all|prometheus|rollouts|cert-manager|csi|csi-crds|openshift-crds]. Prints
+# the bin directory on the last line (csi and csi-crds: the CSI driver's own directory, whose crds/
+# csi-crds fills without building anything; openshift-crds: the directory of the DeploymentConfig CRD
+# generated from github.com/openshift/api). Environment: PROMETHEUS_VERSION (v0.316.0), ROLLOUTS_VERSION
 # (v1.10.1), PROM_OPERATOR_VERSION (v0.85.0), CERT_MANAGER_VERSION (v1.21.2), CSI_DRIVER_VERSION
-# (v1.6.0), REKINDLE_E2E_CACHE (~/.cache/rekindle-e2e).
+# (v1.6.0), OPENSHIFT_API_VERSION (a pseudo-version, below), REKINDLE_E2E_CACHE (~/.cache/rekindle-e2e).
 set -euo pipefail
 
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
@@ -16,6 +17,8 @@ ROLLOUTS_VERSION="${ROLLOUTS_VERSION:-v1.10.1}"
 PROM_OPERATOR_VERSION="${PROM_OPERATOR_VERSION:-v0.85.0}"
 CERT_MANAGER_VERSION="${CERT_MANAGER_VERSION:-v1.21.2}"
 CSI_DRIVER_VERSION="${CSI_DRIVER_VERSION:-v1.6.0}"
+# github.com/openshift/api has no semver tags: a commit of its master branch (2025-10-15).
+OPENSHIFT_API_VERSION="${OPENSHIFT_API_VERSION:-v0.0.0-20251015095338-264e80a2b6e7}"
 # The kubelet's plugin-registration API, at the Kubernetes libraries' version the driver pins.
 KUBELET_API_VERSION="${KUBELET_API_VERSION:-v0.30.1}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -151,14 +154,28 @@ build_csi() {
   csi_crds
 }
 
+# OpenShift's DeploymentConfig cannot be served for real here (openshift-apiserver is not served): its CRD
+# is generated from the type's OpenAPI definitions in github.com/openshift/api (deploymentconfig-crd.py).
+OPENSHIFT_CRDS="$CACHE/companions/crds-openshift-api-$OPENSHIFT_API_VERSION"
+openshift_crds() {
+  mkdir -p "$OPENSHIFT_CRDS"
+  local out="$OPENSHIFT_CRDS/deploymentconfig.yaml" mod
+  if [ ! -f "$out" ] || [ "$HERE/deploymentconfig-crd.py" -nt "$out" ]; then
+    mod="$(module_dir "github.com/openshift/api@$OPENSHIFT_API_VERSION")"
+    python3 "$HERE/deploymentconfig-crd.py" "$mod/openapi/openapi.json" >"$out.tmp"
+    mv "$out.tmp" "$out"
+  fi
+}
+
 what="${1:-all}"
 case "$what" in
-  all) build_prometheus; build_rollouts; build_cert_manager; build_csi ;;
+  all) build_prometheus; build_rollouts; build_cert_manager; build_csi; openshift_crds ;;
   prometheus) build_prometheus ;;
   rollouts) build_rollouts ;;
   cert-manager) build_cert_manager ;;
   csi) build_csi; echo "$CSI_BIN"; exit 0 ;;
   csi-crds) csi_crds; echo "$CSI_BIN"; exit 0 ;;
-  *) echo "usage: $0 [all|prometheus|rollouts|cert-manager|csi|csi-crds]" >&2; exit 2 ;;
+  openshift-crds) openshift_crds; echo "$OPENSHIFT_CRDS"; exit 0 ;;
+  *) echo "usage: $0 [all|prometheus|rollouts|cert-manager|csi|csi-crds|openshift-crds]" >&2; exit 2 ;;
 esac
 echo "$BIN"

@@ -28,6 +28,14 @@ pub fn bin_dir(what: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(dir))
 }
 
+/// OpenShift's DeploymentConfig CRD, generated from the type's OpenAPI definitions in
+/// github.com/openshift/api (`e2e/scripts/deploymentconfig-crd.py`): its real schema, defaults and
+/// subresources, with no controller behind it.
+pub fn deployment_config_crd() -> Result<String> {
+    let path = bin_dir("openshift-crds")?.join("deploymentconfig.yaml");
+    std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+}
+
 /// Runs a companion binary; its stdout, or an error with its output.
 pub fn run(bin: &std::path::Path, args: &[&str], dir: &std::path::Path) -> Result<String> {
     let out = Command::new(bin)

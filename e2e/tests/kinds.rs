@@ -386,10 +386,7 @@ async fn argo_rollout_restart_and_workload_ref() -> Result<()> {
 #[tokio::test]
 async fn deployment_config_is_reloaded_when_the_api_is_served() -> Result<()> {
     let client = admin_client().await?;
-    let crd = std::fs::read_to_string(
-        e2e::root().join("e2e/fixtures/crds/openshift-deploymentconfig.yaml"),
-    )?;
-    apply_yaml(&client, None, &crd).await?;
+    apply_yaml(&client, None, &e2e::companions::deployment_config_crd()?).await?;
     let ns = TestNamespace::new(&client, "e2e-dc").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let dcs = wait_for("the DeploymentConfig CRD to be served", TIMEOUT, || async {
