@@ -9,7 +9,8 @@
 //! S3 at 1,000 and 5,000 Deployments, S8 and S9 alone and writes bench/results/writer.{json,md};
 //! `--only s8` and `--only s9` run one of them (bench/results/s8.* or s9.*). `--only s5` runs S5 alone
 //! in rounds (REKINDLE_BENCH_S5_ROUNDS, 3), taking turns with the `--vs` binary if one is given
-//! (bench/results/s5.*).
+//! (bench/results/s5.*). `--only csi` measures SecretProviderClassPodStatus objects (bench/results/csi.*,
+//! REKINDLE_BENCH_CSI_STATUSES, 10000).
 //!
 //! Sizes: REKINDLE_BENCH_S9_STEP (10000), REKINDLE_BENCH_S1_PAIRS (100), REKINDLE_BENCH_S1_UPDATES (500), REKINDLE_BENCH_S2_WORKLOADS (500),
 //! REKINDLE_BENCH_S3_WORKLOADS (5000), REKINDLE_BENCH_S4_SECRETS (comma list, 20000),
@@ -22,6 +23,7 @@
 //! (bench/results).
 
 mod admission;
+mod csi;
 mod plots;
 mod writer;
 
@@ -1015,7 +1017,12 @@ async fn main() -> Result<()> {
         Some(part @ ("writer" | "s8" | "s9")) => return writer_only(&client, s9_step, part).await,
         Some("s5") => return s5_only(&client, vs).await,
         Some("s6") => return s6_only(&client).await,
-        Some(other) => anyhow::bail!("--only {other}: expected writer, s5, s6, s8 or s9"),
+        Some("csi") => {
+            let report = csi::run(&client).await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            return Ok(());
+        }
+        Some(other) => anyhow::bail!("--only {other}: expected writer, s5, s6, s8, s9 or csi"),
         None => {}
     }
     let sizes = Sizes {
