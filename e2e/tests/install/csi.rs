@@ -17,7 +17,7 @@ use e2e::node::{client, wait_rolled_out, RELEASE_NS, WORKLOAD_IMAGE};
 use e2e::{wait_for, TestNamespace, TIMEOUT};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use rekindle::core::envname::env_var_name;
@@ -558,7 +558,23 @@ pub async fn secrets_store_csi_driver_body() -> Result<()> {
             Err(e) => failures.push(format!("rotations: {e:#}")),
         }
         ensure!(failures.is_empty(), "{}", failures.join("\n"));
-        Ok(())
+        // The pods' volumes are unpublished by the driver: it stops only once this run's namespaces
+        // (named with this process's id) are gone.
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let ours = format!("-{}-", std::process::id() % 100_000);
+        wait_for(
+            "the test namespaces to be gone",
+            Duration::from_secs(180),
+            || async {
+                let left = namespaces.list(&ListParams::default()).await?.items;
+                let any = left
+                    .iter()
+                    .map(|n| n.name_any())
+                    .any(|n| n.starts_with("csi-") && n.contains(&ours));
+                Ok((!any).then_some(()))
+            },
+        )
+        .await
     }
     .await;
     if result.is_err() {
