@@ -171,13 +171,6 @@ impl SecretsStoreCsi {
         Ok((format!("{dir}/{name}"), object_version(value.as_bytes())))
     }
 
-    /// The number of times the provider mounted (or remounted, on rotation) for pods of `namespace`.
-    pub fn mounts_in(&self, namespace: &str) -> usize {
-        let log = std::fs::read_to_string(&self.provider.log).unwrap_or_default();
-        let needle = format!("mount pod={namespace}/");
-        log.lines().filter(|l| l.contains(&needle)).count()
-    }
-
     /// The last lines of each process's log, for a failing test's message.
     pub fn logs(&self) -> String {
         format!(
