@@ -1213,14 +1213,7 @@ async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
     assert_eq!(halt["reason"], "progress_deadline", "{halt}");
     assert_eq!(halt["changes"][0]["kind"], "ConfigMap", "{halt}");
     assert_eq!(halt["changes"][0]["name"], "app-config", "{halt}");
-    let waited = wait_for("the others to wait for the halt", TIMEOUT, || async {
-        let waiting = rk
-            .metric("rekindle_reloads_deferred{reason=\"halt\"}")
-            .await?;
-        Ok((waiting == 2.0).then_some(()))
-    })
-    .await;
-    described(waited, &rk, &deployments).await?;
+    halt_holds(&rk, &deployments, 2.0, "the others to wait for the halt").await?;
     assert_eq!(rk.metric("rekindle_reloads_halted ").await?, 1.0);
     assert_eq!(rk.metric("rekindle_reload_halts_total ").await?, 1.0);
     for name in ["b", "c"] {
@@ -1243,18 +1236,13 @@ async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
     // (its writer waits for every workload watch to list before it writes what is owed).
     rk.kill().await?;
     rk.restart().await?;
-    let waited = wait_for(
+    halt_holds(
+        &rk,
+        &deployments,
+        2.0,
         "the others to wait for the halt after a restart",
-        TIMEOUT,
-        || async {
-            let waiting = rk
-                .metric("rekindle_reloads_deferred{reason=\"halt\"}")
-                .await?;
-            Ok((waiting == 2.0).then_some(()))
-        },
     )
-    .await;
-    described(waited, &rk, &deployments).await?;
+    .await?;
     for name in ["b", "c"] {
         assert_eq!(
             generation(&get_json(&deployments, name).await?),
@@ -1341,14 +1329,7 @@ async fn with_halt_on_failed_rollout_any_failed_rollout_halts_its_change() -> Re
     let halt: Value = serde_json::from_str(&halted)?;
     assert_eq!(halt["reason"], "progress_deadline", "{halt}");
     assert_eq!(halt["changes"][0]["name"], "app-config", "{halt}");
-    let waited = wait_for("the other to wait for the halt", TIMEOUT, || async {
-        let waiting = rk
-            .metric("rekindle_reloads_deferred{reason=\"halt\"}")
-            .await?;
-        Ok((waiting == 1.0).then_some(()))
-    })
-    .await;
-    described(waited, &rk, &deployments).await?;
+    halt_holds(&rk, &deployments, 1.0, "the other to wait for the halt").await?;
     assert_eq!(
         rk.metric("rekindle_rollouts_failed_total{reason=\"progress_deadline\"}")
             .await?,
@@ -1398,6 +1379,24 @@ async fn described<T>(
         Ok(v) => Ok(v),
         Err(e) => Err(e.context(canary_state(rk, deployments).await)),
     }
+}
+
+/// Waits until `waiting` reloads are deferred for a halt (`what` names the step); on a timeout, says
+/// what the canary test waits on.
+async fn halt_holds(
+    rk: &Rekindle,
+    deployments: &Api<DynamicObject>,
+    waiting: f64,
+    what: &str,
+) -> Result<()> {
+    let waited = wait_for(what, TIMEOUT, || async {
+        let deferred = rk
+            .metric("rekindle_reloads_deferred{reason=\"halt\"}")
+            .await?;
+        Ok((deferred == waiting).then_some(()))
+    })
+    .await;
+    described(waited, rk, deployments).await
 }
 
 /// What the canary test waits on, for a wait that timed out: the deferral gauges, the halt, and each

@@ -445,6 +445,15 @@ async fn records_of(client: &Client, records_ns: &str, ns: &str) -> Result<Vec<C
         .collect())
 }
 
+/// rekindle acting in `ns`, keeping its Job re-create records in `records_ns` (its own namespace).
+async fn start_keeping_records_in(client: &Client, ns: &str, records_ns: &str) -> Result<Rekindle> {
+    let options = Options {
+        env: &[("POD_NAMESPACE", records_ns)],
+        ..Default::default()
+    };
+    Rekindle::start(client, &[ns], options).await
+}
+
 /// Before deleting the Job, the leader records the Job it is about to create (a ConfigMap in its own
 /// namespace), and removes the record once the Job exists again.
 #[tokio::test]
@@ -455,15 +464,7 @@ async fn a_job_re_create_is_recorded_until_the_job_exists_again() -> Result<()> 
     let ns = TestNamespace::new(&client, "e2e-job-record").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let records_ns = records_namespace(&ns.name);
-    let rk = Rekindle::start(
-        &client,
-        &[&ns.name],
-        Options {
-            env: &[("POD_NAMESPACE", &records_ns)],
-            ..Default::default()
-        },
-    )
-    .await?;
+    let rk = start_keeping_records_in(&client, &ns.name, &records_ns).await?;
     let (jobs, first_uid) = create_job(&client, &ns.name).await?;
     let recorded = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = {
@@ -544,15 +545,7 @@ async fn a_job_left_deleted_by_a_stopped_leader_is_created_by_the_next() -> Resu
     })
     .await?;
 
-    let rk = Rekindle::start(
-        &client,
-        &[&ns.name],
-        Options {
-            env: &[("POD_NAMESPACE", &records_ns)],
-            ..Default::default()
-        },
-    )
-    .await?;
+    let rk = start_keeping_records_in(&client, &ns.name, &records_ns).await?;
     let created = wait_for("the Job to be created from the record", TIMEOUT, || async {
         Ok(jobs.get_opt("migrate").await?)
     })

@@ -182,18 +182,7 @@ async fn run(config: Config) -> Result<()> {
     let (builtin, optional) = workload_kinds(&config);
 
     // Admin server first, so probes answer (503) while the watches sync.
-    let live: admin::LiveCheck = {
-        let (queue, leadership) = (queue.clone(), leadership.clone());
-        Arc::new(move || {
-            let stalled = writer::stalled_for(&queue, &leadership);
-            (stalled > writer::STALL_LIMIT).then(|| {
-                format!(
-                    "the writer has taken and finished nothing for {}s while reloads are owed",
-                    stalled.as_secs()
-                )
-            })
-        })
-    };
+    let live = writer_live_check(queue.clone(), leadership.clone());
     let admin_task = serve_admin(&config, health.clone(), registry, live, &shutdown).await?;
 
     let rollouts = Rollouts::new(
@@ -265,17 +254,7 @@ async fn run(config: Config) -> Result<()> {
                 rollouts.clone(),
                 ready.progress(),
             )?;
-            let synced = {
-                let health = health.clone();
-                move || health.is_ready()
-            };
-            tokio::spawn(writer.clone().supervise_rollouts(synced, shutdown.clone()));
-            tokio::spawn(warm::keep_warm(
-                write_client.clone(),
-                warm::INTERVAL,
-                shutdown.clone(),
-            ));
-            Some(tokio::spawn(writer.run(shutdown.clone())))
+            Some(start_writer(writer, &write_client, &health, &shutdown))
         }
     };
 
@@ -294,7 +273,7 @@ async fn run(config: Config) -> Result<()> {
         .run(shutdown.clone()),
     );
 
-    let mut tasks = Critical {
+    let tasks = Critical {
         writer: writer_task,
         election,
         webhook: webhook_task,
@@ -302,6 +281,19 @@ async fn run(config: Config) -> Result<()> {
         housekeeping: Some(housekeeping),
         watches,
     };
+    until_stopped(tasks, &config, &health, &metrics, &shutdown, &writes_done).await
+}
+
+/// Runs until a signal, or until one of the critical tasks ends (an error: the replica is restarted);
+/// then stops them all in order.
+async fn until_stopped(
+    mut tasks: Critical,
+    config: &Config,
+    health: &Health,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+    writes_done: &CancellationToken,
+) -> Result<()> {
     let ended = tokio::select! {
         _ = wait_for_signal() => None,
         ended = tasks.first_to_end() => Some(ended),
@@ -313,7 +305,7 @@ async fn run(config: Config) -> Result<()> {
         tracing::error!(%task, %how, "a task the replica needs stopped; exiting");
         health.set_ready(false);
         metrics.ready.set(0);
-        let stopped = tasks.stop(&shutdown, &writes_done);
+        let stopped = tasks.stop(shutdown, writes_done);
         if tokio::time::timeout(STOP_AFTER_FAILURE, stopped)
             .await
             .is_err()
@@ -329,9 +321,42 @@ async fn run(config: Config) -> Result<()> {
         // Endpoints drop an unready Pod a few seconds late; keep answering the apiserver until then.
         tokio::time::sleep(config.shutdown_delay).await;
     }
-    tasks.stop(&shutdown, &writes_done).await;
+    tasks.stop(shutdown, writes_done).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// `/live` fails while reloads are owed and the writer has taken and finished nothing for too long.
+fn writer_live_check(queue: Arc<Queue>, leadership: Leadership) -> admin::LiveCheck {
+    Arc::new(move || {
+        let stalled = writer::stalled_for(&queue, &leadership);
+        (stalled > writer::STALL_LIMIT).then(|| {
+            format!(
+                "the writer has taken and finished nothing for {}s while reloads are owed",
+                stalled.as_secs()
+            )
+        })
+    })
+}
+
+/// Starts the writer, with the supervision of its rollouts and the write connection kept warm.
+fn start_writer(
+    writer: Arc<Writer>,
+    write_client: &Client,
+    health: &Arc<Health>,
+    shutdown: &CancellationToken,
+) -> JoinHandle<()> {
+    let synced = {
+        let health = health.clone();
+        move || health.is_ready()
+    };
+    tokio::spawn(writer.clone().supervise_rollouts(synced, shutdown.clone()));
+    tokio::spawn(warm::keep_warm(
+        write_client.clone(),
+        warm::INTERVAL,
+        shutdown.clone(),
+    ));
+    tokio::spawn(writer.run(shutdown.clone()))
 }
 
 /// How long a replica whose task failed may take to stop its other tasks and release its Lease.
@@ -619,6 +644,87 @@ impl Watches<'_> {
         }
         self.started.push((name, Some(tokio::spawn(watch))));
     }
+
+    /// The watches of one namespace (`None`: cluster-wide): ConfigMaps, Secrets, CSI objects and
+    /// workloads.
+    fn start_in(
+        &mut self,
+        client: &Client,
+        config: &Config,
+        ctx: &Arc<Ctx>,
+        ns: Option<&str>,
+        builtin: &[WorkloadKind],
+        optional: &[WorkloadKind],
+    ) {
+        // Smaller list pages than kube's 500: a page of large Secrets is held whole while it is hashed, and
+        // the allocator keeps that high-water mark as RSS. More list requests at start-up, less memory.
+        let label_config = |c: watcher::Config| {
+            let c = ctx.list_config(c.page_size(RESOURCE_LIST_PAGE));
+            match &config.resource_label_selector {
+                Some(sel) => c.labels(&sel.to_string()),
+                None => c,
+            }
+        };
+        let in_ns = |watched: Watched| watched.in_namespace(ns);
+        if !config.ignore_configmaps {
+            let api: Api<ConfigMap> = match ns {
+                Some(n) => Api::namespaced(client.clone(), n),
+                None => Api::all(client.clone()),
+            };
+            self.start(
+                in_ns(Watched::Resources(ResourceKind::ConfigMap)),
+                Some(WatchPart::Resources(ResourceKind::ConfigMap)),
+                watch::resources(
+                    api,
+                    label_config(watcher::Config::default()),
+                    ResourceKind::ConfigMap,
+                    "configmaps",
+                    ns.map(String::from),
+                    configmap_hash_typed,
+                    ctx.clone(),
+                ),
+            );
+        }
+        if !config.ignore_secrets {
+            // Helm release blobs are large and never mounted: keep them out of the watch.
+            let wc = label_config(watcher::Config::default().fields("type!=helm.sh/release.v1"));
+            self.start(
+                in_ns(Watched::Resources(ResourceKind::Secret)),
+                Some(WatchPart::Resources(ResourceKind::Secret)),
+                watch::secrets(client.clone(), wc, ns.map(String::from), ctx.clone()),
+            );
+        }
+        if config.enable_csi {
+            let labels = config
+                .resource_label_selector
+                .as_ref()
+                .map(|s| s.to_string());
+            self.start(
+                in_ns(Watched::ClassPodStatuses),
+                None,
+                watch::spcps(client.clone(), ns.map(String::from), labels, ctx.clone()),
+            );
+            self.start(
+                in_ns(Watched::Classes),
+                None,
+                watch::spcs(client.clone(), ns.map(String::from), ctx.clone()),
+            );
+        }
+        for kind in optional {
+            self.start(
+                in_ns(Watched::Workloads(*kind)),
+                None,
+                watch::optional_workloads(client.clone(), *kind, ns.map(String::from), ctx.clone()),
+            );
+        }
+        for kind in builtin {
+            self.start(
+                in_ns(Watched::Workloads(*kind)),
+                Some(WatchPart::Workloads),
+                watch::workloads(client.clone(), *kind, ns.map(String::from), ctx.clone()),
+            );
+        }
+    }
 }
 
 /// Starts every watch of the configuration (resources per watched namespace, workloads, the namespace
@@ -634,15 +740,6 @@ fn spawn_watches(
     let namespaces: Vec<Option<String>> = match scope.watched_namespaces() {
         Some(list) => list.iter().cloned().map(Some).collect(),
         None => vec![None],
-    };
-    // Smaller list pages than kube's 500: a page of large Secrets is held whole while it is hashed, and
-    // the allocator keeps that high-water mark as RSS. More list requests at start-up, less memory.
-    let label_config = |c: watcher::Config| {
-        let c = ctx.list_config(c.page_size(RESOURCE_LIST_PAGE));
-        match &config.resource_label_selector {
-            Some(sel) => c.labels(&sel.to_string()),
-            None => c,
-        }
     };
     let mut watches = Watches {
         ready: &ctx.ready,
@@ -666,65 +763,7 @@ fn spawn_watches(
         );
     }
     for ns in &namespaces {
-        let in_ns = |watched: Watched| watched.in_namespace(ns.as_deref());
-        if !config.ignore_configmaps {
-            let api: Api<ConfigMap> = match ns {
-                Some(n) => Api::namespaced(client.clone(), n),
-                None => Api::all(client.clone()),
-            };
-            watches.start(
-                in_ns(Watched::Resources(ResourceKind::ConfigMap)),
-                Some(WatchPart::Resources(ResourceKind::ConfigMap)),
-                watch::resources(
-                    api,
-                    label_config(watcher::Config::default()),
-                    ResourceKind::ConfigMap,
-                    "configmaps",
-                    ns.clone(),
-                    configmap_hash_typed,
-                    ctx.clone(),
-                ),
-            );
-        }
-        if !config.ignore_secrets {
-            // Helm release blobs are large and never mounted: keep them out of the watch.
-            let wc = label_config(watcher::Config::default().fields("type!=helm.sh/release.v1"));
-            watches.start(
-                in_ns(Watched::Resources(ResourceKind::Secret)),
-                Some(WatchPart::Resources(ResourceKind::Secret)),
-                watch::secrets(client.clone(), wc, ns.clone(), ctx.clone()),
-            );
-        }
-        if config.enable_csi {
-            let labels = config
-                .resource_label_selector
-                .as_ref()
-                .map(|s| s.to_string());
-            watches.start(
-                in_ns(Watched::ClassPodStatuses),
-                None,
-                watch::spcps(client.clone(), ns.clone(), labels, ctx.clone()),
-            );
-            watches.start(
-                in_ns(Watched::Classes),
-                None,
-                watch::spcs(client.clone(), ns.clone(), ctx.clone()),
-            );
-        }
-        for kind in optional {
-            watches.start(
-                in_ns(Watched::Workloads(*kind)),
-                None,
-                watch::optional_workloads(client.clone(), *kind, ns.clone(), ctx.clone()),
-            );
-        }
-        for kind in builtin {
-            watches.start(
-                in_ns(Watched::Workloads(*kind)),
-                Some(WatchPart::Workloads),
-                watch::workloads(client.clone(), *kind, ns.clone(), ctx.clone()),
-            );
-        }
+        watches.start_in(client, config, ctx, ns.as_deref(), builtin, optional);
     }
     watches.started
 }

@@ -272,6 +272,69 @@ fn set_annotation(
     Ok(ops)
 }
 
+/// Sets env var `name` of container `container` to `value`: replaces a plain value in place, an entry
+/// with `valueFrom` whole, and appends one that is missing.
+fn set_env(
+    obj: &Value,
+    kind: WorkloadKind,
+    container: usize,
+    name: &str,
+    value: &str,
+) -> Result<Vec<PatchOperation>, RenderError> {
+    let base = container_pointer(kind, container);
+    let c = get(obj, &base)
+        .filter(|c| c.is_object())
+        .ok_or(RenderError::NoContainer(container))?;
+    let mut env_ptr = base.clone();
+    env_ptr.push_back("env");
+    let entry = json!({"name": name, "value": value});
+    let Some(env) = c.get("env").and_then(Value::as_array) else {
+        return Ok(vec![add(env_ptr, json!([entry]))]);
+    };
+    let Some(i) = env
+        .iter()
+        .position(|e| e.get("name").and_then(Value::as_str) == Some(name))
+    else {
+        env_ptr.push_back("-");
+        return Ok(vec![add(env_ptr, entry)]);
+    };
+    let mut path = env_ptr;
+    path.push_back(i);
+    let plain = env[i].get("value").is_some() && env[i].get("valueFrom").is_none();
+    let value = if plain {
+        path.push_back("value");
+        json!(value)
+    } else {
+        entry
+    };
+    Ok(vec![PatchOperation::Replace(ReplaceOperation {
+        path,
+        value,
+    })])
+}
+
+/// Removes env var `name` of container `container`, if it is there.
+fn remove_env(
+    obj: &Value,
+    kind: WorkloadKind,
+    container: usize,
+    name: &str,
+) -> Vec<PatchOperation> {
+    let mut env_ptr = container_pointer(kind, container);
+    env_ptr.push_back("env");
+    let pos = get(obj, &env_ptr)
+        .and_then(Value::as_array)
+        .and_then(|env| {
+            env.iter()
+                .position(|e| e.get("name").and_then(Value::as_str) == Some(name))
+        });
+    pos.map(|i| {
+        env_ptr.push_back(i);
+        vec![PatchOperation::Remove(RemoveOperation { path: env_ptr })]
+    })
+    .unwrap_or_default()
+}
+
 fn render_one(
     obj: &Value,
     kind: WorkloadKind,
@@ -282,60 +345,8 @@ fn render_one(
             container,
             name,
             value,
-        } => {
-            let base = container_pointer(kind, *container);
-            let c = get(obj, &base)
-                .filter(|c| c.is_object())
-                .ok_or(RenderError::NoContainer(*container))?;
-            let mut env_ptr = base.clone();
-            env_ptr.push_back("env");
-            let entry = json!({"name": name, "value": value});
-            let Some(env) = c.get("env").and_then(Value::as_array) else {
-                return Ok(vec![add(env_ptr, json!([entry]))]);
-            };
-            match env
-                .iter()
-                .position(|e| e.get("name").and_then(Value::as_str) == Some(name))
-            {
-                Some(i) => {
-                    let mut path = env_ptr;
-                    path.push_back(i);
-                    let plain = env[i].get("value").is_some() && env[i].get("valueFrom").is_none();
-                    if plain {
-                        path.push_back("value");
-                        Ok(vec![PatchOperation::Replace(ReplaceOperation {
-                            path,
-                            value: json!(value),
-                        })])
-                    } else {
-                        Ok(vec![PatchOperation::Replace(ReplaceOperation {
-                            path,
-                            value: entry,
-                        })])
-                    }
-                }
-                None => {
-                    env_ptr.push_back("-");
-                    Ok(vec![add(env_ptr, entry)])
-                }
-            }
-        }
-        MarkerChange::RemoveEnv { container, name } => {
-            let mut env_ptr = container_pointer(kind, *container);
-            env_ptr.push_back("env");
-            let pos = get(obj, &env_ptr)
-                .and_then(Value::as_array)
-                .and_then(|env| {
-                    env.iter()
-                        .position(|e| e.get("name").and_then(Value::as_str) == Some(name))
-                });
-            Ok(pos
-                .map(|i| {
-                    env_ptr.push_back(i);
-                    vec![PatchOperation::Remove(RemoveOperation { path: env_ptr })]
-                })
-                .unwrap_or_default())
-        }
+        } => set_env(obj, kind, *container, name, value),
+        MarkerChange::RemoveEnv { container, name } => Ok(remove_env(obj, kind, *container, name)),
         MarkerChange::SetConfigHash { place, key, hash } => {
             let mut hashes = config_hashes(obj, kind, *place);
             hashes.insert(key.clone(), hash.clone());

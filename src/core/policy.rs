@@ -326,27 +326,15 @@ pub fn decide_with(
         return Decision::no(Reason::Excluded);
     }
 
-    let mut invalid_patterns = Vec::new();
     let reload_key = keys.reload(resource_kind);
-    if let Some(list) = get(reload_key) {
-        for element in list_elements(list) {
-            match compile_pattern(element) {
-                Ok(re) if re.is_match(resource_name) => {
-                    return Decision {
-                        reload: true,
-                        reason: Reason::Named,
-                        auto: false,
-                        invalid_patterns,
-                    };
-                }
-                Ok(_) => {}
-                Err(e) => invalid_patterns.push(InvalidPattern {
-                    annotation: reload_key.to_string(),
-                    pattern: element.to_string(),
-                    error: e.to_string(),
-                }),
-            }
-        }
+    let (named, invalid_patterns) = match_reload_list(get(reload_key), reload_key, resource_name);
+    if named {
+        return Decision {
+            reload: true,
+            reason: Reason::Named,
+            auto: false,
+            invalid_patterns,
+        };
     }
 
     let auto_outcome = |reason, invalid_patterns| {
@@ -388,6 +376,28 @@ pub fn decide_with(
         auto: false,
         invalid_patterns,
     }
+}
+
+/// Whether an element of the reload list `list` (annotation `annotation`) matches `name`, stopping at
+/// the first that does; and the elements before it that are not valid patterns.
+fn match_reload_list(
+    list: Option<&str>,
+    annotation: &str,
+    name: &str,
+) -> (bool, Vec<InvalidPattern>) {
+    let mut invalid = Vec::new();
+    for element in list.into_iter().flat_map(list_elements) {
+        match compile_pattern(element) {
+            Ok(re) if re.is_match(name) => return (true, invalid),
+            Ok(_) => {}
+            Err(e) => invalid.push(InvalidPattern {
+                annotation: annotation.to_string(),
+                pattern: element.to_string(),
+                error: e.to_string(),
+            }),
+        }
+    }
+    (false, invalid)
 }
 
 #[cfg(test)]

@@ -210,13 +210,12 @@ impl Rollouts {
         }
     }
 
-    /// The watch saw the workload: a rollout that finished or failed frees its slot.
-    pub fn observe(&self, key: &WorkloadKey, obj: &Value) {
+    /// The watch saw the workload at `generation`, its rollout at `progress` (read once, by the
+    /// index's record): a rollout that finished or failed frees its slot.
+    pub fn observe(&self, key: &WorkloadKey, progress: Progress, generation: i64) {
         if !rollout::tracked(key.kind) {
             return;
         }
-        let progress = rollout::progress(key.kind, obj);
-        let generation = rollout::generation(obj);
         let mut state = self.lock();
         if progress == Progress::Progressing {
             if self.max > 0 {
@@ -373,7 +372,7 @@ impl Rollouts {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::core::WorkloadKind;
     use serde_json::json;
@@ -405,6 +404,15 @@ mod tests {
             "conditions": [{"type": "Progressing", "reason": reason}]}})
     }
 
+    /// The watch delivering `obj`, read as the index reads it.
+    pub(crate) fn observe(r: &Rollouts, key: &WorkloadKey, obj: &serde_json::Value) {
+        r.observe(
+            key,
+            rollout::progress(key.kind, obj),
+            rollout::generation(obj),
+        );
+    }
+
     fn failed(generation: i64) -> serde_json::Value {
         json!({"metadata": {"generation": generation}, "status": {"observedGeneration": generation,
             "conditions": [{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}]}})
@@ -422,13 +430,13 @@ mod tests {
             }
         );
         // The object as it was before the write (finished) does not free the slot.
-        r.observe(&key("a"), &deployment(1, true));
+        observe(&r, &key("a"), &deployment(1, true));
         assert_eq!(r.in_progress(), 1);
         r.written(&key("a"), &deployment(2, false), vec![], false);
-        r.observe(&key("a"), &deployment(1, true));
-        r.observe(&key("a"), &deployment(2, false));
+        observe(&r, &key("a"), &deployment(1, true));
+        observe(&r, &key("a"), &deployment(2, false));
         assert_eq!(r.in_progress(), 1);
-        r.observe(&key("a"), &deployment(2, true));
+        observe(&r, &key("a"), &deployment(2, true));
         assert_eq!(r.in_progress(), 0);
         assert_eq!(r.admit(&key("b"), 0), Admission::Go);
     }
@@ -462,7 +470,7 @@ mod tests {
         let r = rollouts(1);
         r.admit(&key("a"), 0);
         r.written(&key("a"), &deployment(2, false), vec![], false);
-        r.observe(&key("a"), &failed(2));
+        observe(&r, &key("a"), &failed(2));
         assert_eq!(r.in_progress(), 0);
         let failed = r
             .metrics
@@ -488,8 +496,8 @@ mod tests {
     #[test]
     fn a_new_leader_counts_the_rollouts_already_running() {
         let r = rollouts(2);
-        r.observe(&key("a"), &deployment(3, false));
-        r.observe(&key("b"), &deployment(1, true));
+        observe(&r, &key("a"), &deployment(3, false));
+        observe(&r, &key("b"), &deployment(1, true));
         assert_eq!(r.tick(false, true, Instant::now()), 0);
         // No slot is given before the rollouts already running are counted, once the watches synced.
         assert_eq!(r.admit(&key("c"), 0), Admission::Counting);
@@ -497,7 +505,7 @@ mod tests {
         assert_eq!(r.admit(&key("c"), 0), Admission::Counting);
         assert_eq!(r.tick(true, true, Instant::now()), 1);
         assert_eq!(r.in_progress(), 1);
-        r.observe(&key("a"), &deployment(3, true));
+        observe(&r, &key("a"), &deployment(3, true));
         assert_eq!(r.in_progress(), 0);
         // Losing the lead forgets the count; the next leadership counts afresh.
         r.admit(&key("c"), 0);
@@ -520,7 +528,7 @@ mod tests {
         plain.written(&key("web"), &deployment(2, false), change(), false);
         assert_eq!(plain.in_progress(), 0, "nothing to follow it for");
         plain.written(&key("canary"), &deployment(2, false), change(), true);
-        plain.observe(&key("canary"), &failed(2));
+        observe(&plain, &key("canary"), &failed(2));
         let failed = plain.take_failed();
         assert_eq!(failed.len(), 1);
         assert!(failed[0].halts);
@@ -529,7 +537,7 @@ mod tests {
 
         let halting = Rollouts::new(0, Duration::from_secs(600), true, metrics);
         halting.written(&key("web"), &deployment(2, false), change(), false);
-        halting.observe(&key("web"), &deployment(2, true));
+        observe(&halting, &key("web"), &deployment(2, true));
         assert!(halting.take_failed().is_empty(), "it finished");
         halting.written(&key("web"), &deployment(3, false), change(), false);
         let now = Instant::now();
@@ -551,7 +559,7 @@ mod tests {
         };
         assert_eq!(r.admit(&key("a"), 0), Admission::Go);
         r.written(&key("a"), &deployment(2, false), change(), false);
-        r.observe(&key("a"), &failed(2));
+        observe(&r, &key("a"), &failed(2));
         // The slot is free at once, but the change is held until the halt is in the annotation.
         assert_eq!(r.in_progress(), 0);
         assert!(r.has_unwritten_halts());
@@ -567,7 +575,7 @@ mod tests {
         assert!(!r.has_unwritten_halts());
         // A replica that stops leading forgets halts it did not write.
         r.written(&key("b"), &deployment(2, false), change(), false);
-        r.observe(&key("b"), &failed(2));
+        observe(&r, &key("b"), &failed(2));
         assert!(r.has_unwritten_halts());
         r.tick(false, true, Instant::now());
         assert!(!r.has_unwritten_halts());
@@ -577,7 +585,7 @@ mod tests {
     fn unlimited_tracks_nothing() {
         let r = rollouts(0);
         assert_eq!(r.admit(&key("a"), 5), Admission::Go);
-        r.observe(&key("a"), &deployment(3, false));
+        observe(&r, &key("a"), &deployment(3, false));
         assert_eq!(r.in_progress(), 0);
         assert!(r.lock().unfinished.is_empty());
     }

@@ -291,8 +291,7 @@ impl Writer {
         finished
     }
 
-    /// Writes what the pending changes owe, in attempts with backoff, each holding a write permit
-    /// (`permit` is the first's), none held while waiting for the next.
+    /// Writes what the pending changes owe; a final failure goes back to the queue with a backoff.
     async fn write_owed(
         &self,
         key: &WorkloadKey,
@@ -300,6 +299,32 @@ impl Writer {
         permit: Option<OwnedSemaphorePermit>,
     ) -> Finished {
         let started = Instant::now();
+        match self.attempts(key, &pending, permit).await {
+            Ok(Outcome::Reloaded) => {
+                self.count_reloaded(key, &pending, started);
+                Finished::Reloaded
+            }
+            Ok(Outcome::NothingToDo) => {
+                self.metrics.skip(Skip::StrategyNotUpdated);
+                Finished::Settled
+            }
+            Ok(Outcome::Gone) => Finished::Settled,
+            Ok(Outcome::NotLeader) => {
+                tracing::info!("not leading any more; left to the leader");
+                Finished::Settled
+            }
+            Err(f) => self.failed_for_now(key, pending, started, f.error).await,
+        }
+    }
+
+    /// The write, in attempts with backoff, each holding a write permit (`permit` is the first's),
+    /// none held while waiting for the next. The first attempt plans from the index.
+    async fn attempts(
+        &self,
+        key: &WorkloadKey,
+        pending: &Pending,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<Outcome, Failure> {
         let first_permit = Mutex::new(permit);
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
@@ -307,7 +332,7 @@ impl Writer {
             &key.kind.api_resource(),
         );
         let from_index = AtomicBool::new(true);
-        let result = (|| async {
+        (|| async {
             let taken = first_permit
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -325,17 +350,10 @@ impl Writer {
                     })?,
             };
             let planned_from_index = from_index.swap(false, Ordering::Relaxed);
-            self.attempt(&api, key, &pending, planned_from_index)
+            self.attempt(&api, key, pending, planned_from_index)
                 .await
                 .map_err(|error| {
-                    // Every failed attempt counts here; the final outcome is counted below.
-                    self.metrics.error("reload_attempt");
-                    self.metrics
-                        .reload_attempt_failures
-                        .get_or_create(&ReasonLabels {
-                            reason: error.metric_label().into(),
-                        })
-                        .inc();
+                    self.count_failed_attempt(&error);
                     Failure {
                         error,
                         from_index: planned_from_index,
@@ -353,32 +371,42 @@ impl Writer {
             self.metrics.retries.inc();
             tracing::debug!(error = %f.error, ?wait, "reload attempt failed; retrying");
         })
-        .await;
-        let last_error = match result {
-            Ok(Outcome::Reloaded) => {
-                let seconds = started.elapsed().as_secs_f64();
-                self.metrics
-                    .reload_done(&key.namespace, key.kind.name(), true, seconds);
-                // A reload that waited for its window would measure the window, not rekindle.
-                let waited = pending.deferred.is_some();
-                if let Some(first) = pending.causes.values().min().filter(|_| !waited) {
-                    self.metrics
-                        .reload_latency
-                        .observe(first.elapsed().as_secs_f64());
-                }
-                return Finished::Reloaded;
-            }
-            Ok(Outcome::NothingToDo) => {
-                self.metrics.skip(Skip::StrategyNotUpdated);
-                return Finished::Settled;
-            }
-            Ok(Outcome::Gone) => return Finished::Settled,
-            Ok(Outcome::NotLeader) => {
-                tracing::info!("not leading any more; left to the leader");
-                return Finished::Settled;
-            }
-            Err(f) => f.error,
-        };
+        .await
+    }
+
+    /// Every failed attempt counts here; the final outcome is counted by the caller.
+    fn count_failed_attempt(&self, error: &WriteError) {
+        self.metrics.error("reload_attempt");
+        self.metrics
+            .reload_attempt_failures
+            .get_or_create(&ReasonLabels {
+                reason: error.metric_label().into(),
+            })
+            .inc();
+    }
+
+    fn count_reloaded(&self, key: &WorkloadKey, pending: &Pending, started: Instant) {
+        let seconds = started.elapsed().as_secs_f64();
+        self.metrics
+            .reload_done(&key.namespace, key.kind.name(), true, seconds);
+        // A reload that waited for its window would measure the window, not rekindle.
+        let waited = pending.deferred.is_some();
+        if let Some(first) = pending.causes.values().min().filter(|_| !waited) {
+            self.metrics
+                .reload_latency
+                .observe(first.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Every attempt failed: counted, a Warning Event `ReloadFail`, and back to the queue with a
+    /// backoff (or at once with the workload's next change).
+    async fn failed_for_now(
+        &self,
+        key: &WorkloadKey,
+        pending: Pending,
+        started: Instant,
+        last_error: WriteError,
+    ) -> Finished {
         let finished = Finished::failed(pending);
         let retry_in = finished.requeue_after().unwrap_or_default();
         tracing::warn!(error = %last_error, ?retry_in, "reload failed; tried again later");
@@ -389,19 +417,14 @@ impl Writer {
             started.elapsed().as_secs_f64(),
         );
         self.metrics.error("reload");
-        self.publish(
-            key,
-            None,
-            EventType::Warning,
-            "ReloadFail",
-            format!(
-                "Reload of {} '{}' failed: {last_error}; trying again in {}s",
-                key.kind,
-                key.name,
-                retry_in.as_secs()
-            ),
-        )
-        .await;
+        let note = format!(
+            "Reload of {} '{}' failed: {last_error}; trying again in {}s",
+            key.kind,
+            key.name,
+            retry_in.as_secs()
+        );
+        self.publish(key, None, EventType::Warning, "ReloadFail", note)
+            .await;
         finished
     }
 
@@ -497,23 +520,13 @@ impl Writer {
             };
             let hash = &*resource.hash;
             if let Some((failed, reason)) = self.rollouts.unwritten_halt(&key.namespace, r, hash) {
-                return Some((
-                    Deferred::Halt,
-                    format!(
-                        "the change of {} '{}' is halted: the rollout of {} '{}' failed ({}); its halt is being written",
-                        r.kind.kind_name(), r.name, failed.kind, failed.name, reason.label()
-                    ),
-                ));
+                let why = halted(r, &failed, reason.label(), "its halt is being written");
+                return Some((Deferred::Halt, why));
             }
             for (peer, release, marker) in self.index.release_peers(&key.namespace, r) {
                 if let Some(halt) = release.halt().filter(|h| h.holds(r, hash)) {
-                    return Some((
-                        Deferred::Halt,
-                        format!(
-                            "the change of {} '{}' is halted: the rollout of {} '{}' failed ({}); see its {HALTED_ANNOTATION} annotation",
-                            r.kind.kind_name(), r.name, peer.kind, peer.name, halt.reason
-                        ),
-                    ));
+                    let see = format!("see its {HALTED_ANNOTATION} annotation");
+                    return Some((Deferred::Halt, halted(r, &peer, &halt.reason, &see)));
                 }
                 if own_canary || !release.canary || peer == *key {
                     continue;
@@ -1396,3 +1409,14 @@ impl Writer {
 #[cfg(test)]
 #[path = "writer_tests.rs"]
 mod tests;
+
+/// Why a reload owed the change of `r` waits: the rollout of `failed` failed for `reason`.
+fn halted(r: &ResourceRef, failed: &WorkloadKey, reason: &str, more: &str) -> String {
+    format!(
+        "the change of {} '{}' is halted: the rollout of {} '{}' failed ({reason}); {more}",
+        r.kind.kind_name(),
+        r.name,
+        failed.kind,
+        failed.name
+    )
+}

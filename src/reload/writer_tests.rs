@@ -625,6 +625,20 @@ async fn workloads_wait_for_their_canary_and_for_a_halt_of_the_change() {
         "its rollout has not finished"
     );
     assert_eq!(hold(canary(Some("h2"), json!({}), true)), None);
+    // A canary that does not reload for this change (it uses the ConfigMap but asks for no reloads,
+    // or excludes it) has nothing to go first with: it holds nothing.
+    let mut unannotated = canary(Some("h1"), json!({}), true);
+    let annotations = unannotated["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap();
+    annotations.remove("reloader.stakater.com/auto");
+    assert_eq!(hold(unannotated), None, "a canary that never reloads");
+    let excluding = json!({"configmaps.exclude.reloader.stakater.com/reload": "cfg"});
+    assert_eq!(
+        hold(canary(Some("h1"), excluding, true)),
+        None,
+        "a canary excluding the change"
+    );
     let halt = |hash: &str| {
         json!({"rekindle.io/reload-halted": json!({"reason": "progress_deadline",
             "changes": [{"kind": "ConfigMap", "name": "cfg", "hash": hash}]}).to_string()})
@@ -657,7 +671,7 @@ async fn workloads_wait_for_their_canary_and_for_a_halt_of_the_change() {
     );
     let mut failing = canary(Some("h2"), json!({}), false);
     failing["status"]["conditions"][0]["reason"] = json!("ProgressDeadlineExceeded");
-    rollouts.observe(&canary_key, &failing);
+    crate::reload::rollouts::tests::observe(rollouts, &canary_key, &failing);
     assert_eq!(
         hold(deployment("8")),
         Some(Deferred::Halt),

@@ -258,17 +258,16 @@ impl Handler<DynamicObject> for Workloads {
             }
         };
         let key = self.key(&obj);
+        let entry = WorkloadEntry::from_stored(&ctx.plan, &value, self.kind);
         if let Sink::Reload {
             pause, rollouts, ..
         } = &ctx.sink
         {
             pause.observe(&key, &value);
-            rollouts.observe(&key, &value);
+            let generation = obj.metadata.generation.unwrap_or(0);
+            rollouts.observe(&key, entry.release.progress, generation);
         }
-        let new = ctx.index.apply_workload(
-            key.clone(),
-            WorkloadEntry::from_stored(&ctx.plan, &value, self.kind),
-        );
+        let new = ctx.index.apply_workload(key.clone(), entry);
         if new && live {
             let created_at = obj.metadata.creation_timestamp.as_ref();
             ctx.reload_if_stale(&key, created_at.map(|t| t.0.as_second()));
