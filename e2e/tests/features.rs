@@ -34,7 +34,7 @@ async fn pause_period_holds_the_rollout_and_survives_a_restart() -> Result<()> {
     let ns = TestNamespace::new(&client, "e2e-pause").await?;
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
-    deployment("web").annotations(json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "6s"})).uses_configmap("app-config").apply(&client, &ns.name).await?;
+    deployment("web").annotations(json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "15s"})).uses_configmap("app-config").apply(&client, &ns.name).await?;
     deployment("bad").annotations(json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "soon"})).uses_configmap("app-config").apply(&client, &ns.name).await?;
     let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
     change_cm(&client, &ns.name, "app-config", "one").await?;
@@ -43,12 +43,32 @@ async fn pause_period_holds_the_rollout_and_survives_a_restart() -> Result<()> {
         Ok((d.pointer("/spec/paused") == Some(&json!(true))).then_some(d))
     })
     .await?;
-    assert!(paused
+    let paused_at: jiff::Timestamp = paused
         .pointer("/metadata/annotations/deployment.reloader.stakater.com~1paused-at")
-        .is_some());
+        .and_then(Value::as_str)
+        .ok_or_else(|| anyhow::anyhow!("no paused-at: {paused}"))?
+        .parse()?;
     // Restart rekindle mid-pause: the state is in the object, so it still resumes.
     rk.kill().await?;
     rk.restart().await?;
+    // A change during the pause is written to the paused template and rolls out with the resume.
+    let first = env_value(&paused, "STAKATER_APP_CONFIG_CONFIGMAP");
+    change_cm(&client, &ns.name, "app-config", "two").await?;
+    let during = wait_for(
+        "the second change in the paused template",
+        TIMEOUT,
+        || async {
+            let d = get_json(&deployments, "web").await?;
+            let value = env_value(&d, "STAKATER_APP_CONFIG_CONFIGMAP");
+            Ok((value.is_some() && value != first).then_some(d))
+        },
+    )
+    .await?;
+    assert_eq!(
+        during.pointer("/spec/paused"),
+        Some(&json!(true)),
+        "still paused"
+    );
     wait_for("web to be resumed after the period", TIMEOUT, || async {
         let d = get_json(&deployments, "web").await?;
         let resumed = d.pointer("/spec/paused") != Some(&json!(true))
@@ -57,6 +77,10 @@ async fn pause_period_holds_the_rollout_and_survives_a_restart() -> Result<()> {
         Ok(resumed.then_some(()))
     })
     .await?;
+    assert!(
+        jiff::Timestamp::now() >= paused_at + jiff::SignedDuration::from_secs(15),
+        "resumed before its period was over"
+    );
     wait_for("web's new ReplicaSet to take over", TIMEOUT, || async {
         let rs = replica_sets(&client, &ns.name, "web").await?;
         Ok(
@@ -68,7 +92,14 @@ async fn pause_period_holds_the_rollout_and_survives_a_restart() -> Result<()> {
     // An invalid period: Warning Event, reload without pause.
     let bad = get_json(&deployments, "bad").await?;
     assert_ne!(bad.pointer("/spec/paused"), Some(&json!(true)));
-    wait_replica_sets(&client, &ns.name, "bad", 2, "bad to roll without pause").await?;
+    wait_replica_sets(
+        &client,
+        &ns.name,
+        "bad",
+        3,
+        "bad to roll for each change, without pause",
+    )
+    .await?;
     let events = Api::<Event>::namespaced(client.clone(), &ns.name)
         .list(&ListParams::default().fields("reason=InvalidAnnotation"))
         .await?;

@@ -28,7 +28,6 @@ use crate::outbound::alert::Alerter;
 use crate::outbound::notify::Notifier;
 use crate::reload::catch_up::CatchUp;
 use crate::reload::lease::{self, Leadership};
-use crate::reload::pause::PauseReconciler;
 use crate::reload::queue::{Queue, QueueConfig};
 use crate::reload::recreate::Records;
 use crate::reload::rollouts::Rollouts;
@@ -197,11 +196,6 @@ async fn run(config: Config) -> Result<()> {
         Some(url) => Sink::Notify(Notifier::new(url, metrics.clone())?),
         None => Sink::Reload {
             triggers: Triggers::new(index.clone(), queue.clone(), scope.clone(), metrics.clone()),
-            pause: PauseReconciler::new(
-                write_client.clone(),
-                config.plan.policy.keys.clone(),
-                leadership.clone(),
-            ),
             rollouts: rollouts.clone(),
         },
     };

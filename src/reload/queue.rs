@@ -32,6 +32,8 @@ pub struct Pending {
     pub failures: u32,
     /// Why the reload waits though owed, once the writer has deferred it (its Event is posted once).
     pub deferred: Option<Deferred>,
+    /// A pause rekindle set on the Deployment is to be ended once its period is over.
+    pub resume: bool,
 }
 
 /// Why an owed reload waits (`rekindle_reloads_deferred{reason}`).
@@ -213,6 +215,7 @@ impl Queue {
             causes: BTreeMap::new(),
             failures: 0,
             deferred: None,
+            resume: false,
         });
         entry.causes.entry(resource).or_insert(observed);
         let mut due = if lone && pushed == Pushed::New && !busy {
@@ -227,6 +230,27 @@ impl Queue {
         drop(state);
         self.notify.notify_one();
         pushed
+    }
+
+    /// Schedules the end of a pause rekindle set on the Deployment `key`, due at `due` (the writer
+    /// reads the object then, and asks again if the period was extended). An entry already queued
+    /// keeps whichever is sooner. Not counted as an add: no change is behind it.
+    pub fn push_resume(&self, key: WorkloadKey, due: Instant) {
+        let mut state = self.lock();
+        let entry = state.pending.entry(key.clone()).or_insert_with(|| Pending {
+            // Owed from when it is due: the workqueue latency does not measure the pause period.
+            first: due,
+            due,
+            causes: BTreeMap::new(),
+            failures: 0,
+            deferred: None,
+            resume: false,
+        });
+        entry.resume = true;
+        let due = due.min(entry.due);
+        state.set_due(&key, due);
+        drop(state);
+        self.notify.notify_one();
     }
 
     pub fn depth(&self) -> usize {
@@ -369,6 +393,7 @@ impl Queue {
                         entry.first = entry.first.min(back.first);
                         entry.failures = back.failures;
                         entry.deferred = entry.deferred.or(back.deferred);
+                        entry.resume |= back.resume;
                         for (r, observed) in back.causes {
                             let first_seen = entry.causes.entry(r).or_insert(observed);
                             *first_seen = (*first_seen).min(observed);
@@ -438,6 +463,29 @@ mod tests {
 
     /// Changes whose reload failed come back after the retry delay, counted; a change that arrives
     /// meanwhile is not held back by them, and they ride along with it.
+    /// The end of a pause is an entry due when the period is over; a change before then is due as
+    /// usual and carries it along; scheduled while the writer holds the workload, it waits for it.
+    #[tokio::test(start_paused = true)]
+    async fn a_resume_is_due_when_scheduled_and_rides_with_changes() {
+        let q = queue(0, 0, 0);
+        let t0 = Instant::now();
+        q.push_resume(key("a"), t0 + Duration::from_secs(60));
+        q.push_resume(key("a"), t0 + Duration::from_secs(90));
+        assert_eq!(q.depth(), 1);
+        assert_eq!(q.stalled_for(), Duration::ZERO, "not owed before it is due");
+        q.push(key("a"), r("cm"), t0, true);
+        let (_, pending) = q.next().await;
+        assert_eq!(Instant::now(), t0, "the change is due at once");
+        assert!(pending.resume, "and carries the resume");
+        // The writer finds the period not over and schedules it again while it holds the workload.
+        q.push_resume(key("a"), t0 + Duration::from_secs(60));
+        assert_eq!(q.depth(), 1, "queued behind the run");
+        q.done(&key("a"), Finished::Reloaded);
+        let (_, pending) = q.next().await;
+        assert_eq!(Instant::now(), t0 + Duration::from_secs(60));
+        assert!(pending.resume && pending.causes.is_empty());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn failed_changes_come_back_after_the_retry_delay() {
         let q = queue(0, 0, 0);

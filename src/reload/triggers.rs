@@ -1,6 +1,7 @@
 //! The one way into the reload queue. Every route names workloads and the resource that makes them
 //! owed — a watched change, a new workload that missed one, the catch-up's stale markers,
 //! `--sync-after-restart`'s replay — and this decides which of them rekindle acts on and how soon.
+//! The end of a Deployment pause rekindle set goes in the same way, due when the period is over.
 //! Only keys go in: what the change was (the new hash, a deletion) is read from the index when the
 //! reload is planned, so a trigger can never carry an outdated view of it.
 
@@ -75,6 +76,16 @@ impl Triggers {
             queued += 1;
         }
         queued
+    }
+
+    /// Queues the end of a pause rekindle set on the Deployment `key`, due `at` (wall clock).
+    pub fn resume_at(&self, key: &WorkloadKey, at: jiff::Timestamp) {
+        if !self.scope.covers(key.kind, &key.namespace) {
+            return;
+        }
+        let wait = at.duration_since(jiff::Timestamp::now());
+        let wait = std::time::Duration::try_from(wait).unwrap_or_default();
+        self.queue.push_resume(key.clone(), Instant::now() + wait);
     }
 }
 

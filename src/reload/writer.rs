@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::error::WriteError;
+use super::pause::{self, Resume};
 use super::queue::{Deferred, Finished, Pending, Queue};
 use super::rollouts::{Admission, FailedRollout, Rollouts};
 use crate::core::job::{job_from_cronjob, strip_job};
@@ -74,6 +75,10 @@ pub fn stalled_for(queue: &Queue, leadership: &Leadership) -> Duration {
 const PATCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Tries at creating a Job again after deleting it (backoff to 5 s: about five minutes in all).
 const JOB_CREATE_RETRIES: usize = 60;
+/// When a resume that failed is tried again; one that lost to another write, sooner.
+const RESUME_RETRY: Duration = Duration::from_secs(5);
+const RESUME_CONFLICT_RETRY: Duration = Duration::from_millis(200);
+
 /// How often a reload held back by a canary or a halt looks again.
 const RELEASE_RECHECK: Duration = Duration::from_secs(5);
 /// How long a reload deferred by the rollout budget waits if no freed slot wakes it first.
@@ -269,6 +274,30 @@ impl Writer {
     async fn reconcile(
         &self,
         key: &WorkloadKey,
+        mut pending: Pending,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Finished {
+        let resume = std::mem::take(&mut pending.resume);
+        let finished = if pending.causes.is_empty() {
+            Finished::Settled
+        } else {
+            self.reload_owed(key, pending, permit).await
+        };
+        // After the reload, so that what it wrote rolls out with the resume, in one rollout.
+        if resume {
+            if let Some(after) = self.resume_if_due(key).await {
+                // Queued behind this run: `Queue::done` keeps it.
+                self.queue.push_resume(key.clone(), Instant::now() + after);
+            }
+        }
+        finished
+    }
+
+    /// What the pending changes owe is written now, or goes back to the queue: outside the reload
+    /// window, held by the release order, past the rollout budget, or after a failure.
+    async fn reload_owed(
+        &self,
+        key: &WorkloadKey,
         pending: Pending,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Finished {
@@ -426,6 +455,22 @@ impl Writer {
         self.publish(key, None, EventType::Warning, "ReloadFail", note)
             .await;
         finished
+    }
+
+    /// Ends the pause rekindle set on the Deployment if its period is over; how long until it is, if
+    /// not, or until the next try after a failure (at once on a conflict).
+    async fn resume_if_due(&self, key: &WorkloadKey) -> Option<Duration> {
+        let keys = &self.plan.policy.keys;
+        match pause::resume_if_due(&self.client, keys, &self.leadership, key).await {
+            Ok(Resume::Done) | Err(WriteError::Gone) => None,
+            Ok(Resume::DueIn(after)) => Some(after),
+            Err(WriteError::Conflict(_)) => Some(RESUME_CONFLICT_RETRY),
+            Err(e) => {
+                tracing::warn!(error = %e, after = ?RESUME_RETRY, "could not resume the Deployment; trying again");
+                self.metrics.error("resume");
+                Some(RESUME_RETRY)
+            }
+        }
     }
 
     /// A reload owed outside the workload's reload window waits until the window opens; its

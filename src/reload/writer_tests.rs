@@ -121,6 +121,7 @@ fn fixture_leading(
     let pending = Pending {
         failures: 0,
         deferred: None,
+        resume: false,
         first: now,
         due: now,
         causes: BTreeMap::from([(
@@ -679,4 +680,49 @@ async fn workloads_wait_for_their_canary_and_for_a_halt_of_the_change() {
     );
     rollouts.halt_written(&canary_key);
     assert_eq!(hold(deployment("9")), None);
+}
+
+/// The end of a pause is reconciled like a reload: resumed when the period read from the object is
+/// over, else queued again for when it is, with nothing written.
+#[tokio::test]
+async fn a_pause_is_resumed_by_the_writer_when_its_period_is_over() {
+    let keys = crate::core::policy::AnnotationKeys::default();
+    let paused = |minutes_ago: i64| {
+        let at = jiff::Timestamp::now() - jiff::SignedDuration::from_mins(minutes_ago);
+        let mut d = deployment("7");
+        d["metadata"]["annotations"][keys.paused_at.as_str()] =
+            json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+        d["metadata"]["annotations"][keys.pause_period.as_str()] = json!("2m");
+        d["spec"]["paused"] = json!(true);
+        d
+    };
+    for (minutes_ago, written) in [(5, true), (0, false)] {
+        let object = paused(minutes_ago);
+        let answer = object.clone();
+        let (f, key, mut pending) = fixture(WorkloadKind::Deployment, "web", &object, move |_| {
+            (200, answer.clone())
+        });
+        pending.causes.clear();
+        pending.resume = true;
+        let finished = f.writer.reconcile(&key, pending, None).await;
+        assert!(matches!(finished, Finished::Settled), "{finished:?}");
+        let queued_again = f.writer.queue.depth();
+        let server = f.finish().await;
+        let methods: Vec<String> = server
+            .requests
+            .iter()
+            .map(|s| s.method.to_string())
+            .collect();
+        if written {
+            assert_eq!(methods, ["GET", "PATCH"]);
+            assert_eq!(queued_again, 0);
+        } else {
+            assert_eq!(
+                methods,
+                ["GET"],
+                "nothing written before the period is over"
+            );
+            assert_eq!(queued_again, 1, "queued for when it is");
+        }
+    }
 }

@@ -274,8 +274,7 @@ mod tests {
     /// treats the new stream's first list as a re-list: what changed or went meanwhile is acted on.
     #[tokio::test]
     async fn a_stream_taking_over_from_a_synced_one_relists() {
-        let (client, _handle) = crate::mock_api::client();
-        let ctx = Arc::new(Ctx::for_tests(client, ReadyTracker::new(|| {}), false));
+        let ctx = Arc::new(Ctx::for_tests(ReadyTracker::new(|| {}), false));
         let handler = Recorder::default();
         let first = futures::stream::iter(listing(&[("a", 1), ("b", 1)]));
         let history = drive(first, id(), handler.clone(), ctx.clone(), History::New).await;

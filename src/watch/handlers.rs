@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::driver::{self, Handler, History, Watched};
 use super::{wait_for_api, Changed, Ctx, Sink, WatchPart};
 use crate::core::kinds::csi;
+use crate::core::pause;
 use crate::core::plan::PlanConfig;
 use crate::core::policy::ResourceFlags;
 use crate::core::window::RELOAD_WINDOW_ANNOTATION;
@@ -260,10 +261,14 @@ impl Handler<DynamicObject> for Workloads {
         let key = self.key(&obj);
         let entry = WorkloadEntry::from_stored(&ctx.plan, &value, self.kind);
         if let Sink::Reload {
-            pause, rollouts, ..
+            triggers, rollouts, ..
         } = &ctx.sink
         {
-            pause.observe(&key, &value);
+            if key.kind == WorkloadKind::Deployment {
+                if let Some(at) = pause::resume_at(&ctx.plan.policy.keys, &value) {
+                    triggers.resume_at(&key, at);
+                }
+            }
             let generation = obj.metadata.generation.unwrap_or(0);
             rollouts.observe(&key, entry.release.progress, generation);
         }
@@ -528,7 +533,7 @@ mod tests {
         });
         ready.expect("secrets/pbfix", WatchPart::Resources(ResourceKind::Secret));
         ready.seal();
-        let ctx = Arc::new(Ctx::for_tests(client.clone(), ready, true));
+        let ctx = Arc::new(Ctx::for_tests(ready, true));
         let index = ctx.index.clone();
         let config = ctx.list_config(watcher::Config::default().fields("type!=helm.sh/release.v1"));
         let watch = tokio::spawn(secrets(client, config, Some("pbfix".into()), ctx));

@@ -27,7 +27,6 @@ use crate::index::{Index, ResourceKey, WorkloadKey};
 use crate::metrics::{Metrics, Processed};
 use crate::outbound::notify::Notifier;
 use crate::reload::catch_up::CatchUp;
-use crate::reload::pause::PauseReconciler;
 use crate::reload::rollouts::Rollouts;
 use crate::reload::triggers::Triggers;
 
@@ -148,11 +147,10 @@ impl ReadyTracker {
 
 /// Where the workloads a change triggers go, chosen once at start-up.
 pub enum Sink {
-    /// Reload them: the triggers of the coalescing queue in front of the writer, the resumer of
-    /// paused Deployments, and the rollout budget (which follows workload status).
+    /// Reload them: the triggers of the coalescing queue in front of the writer (changes, and the
+    /// ends of pauses), and the rollout budget (which follows workload status).
     Reload {
         triggers: Arc<Triggers>,
-        pause: Arc<PauseReconciler>,
         rollouts: Arc<Rollouts>,
     },
     /// `--webhook-url`: POST what would reload; no workload is touched.
@@ -195,11 +193,7 @@ pub struct Ctx {
 impl Ctx {
     /// A context that reloads through a queue without debounce and plans with the defaults.
     #[cfg(test)]
-    pub(crate) fn for_tests(
-        client: kube::Client,
-        ready: Arc<ReadyTracker>,
-        streaming_lists: bool,
-    ) -> Self {
+    pub(crate) fn for_tests(ready: Arc<ReadyTracker>, streaming_lists: bool) -> Self {
         use crate::reload::queue::{Queue, QueueConfig};
         use std::time::Duration;
         let index = Arc::new(Index::new());
@@ -215,11 +209,6 @@ impl Ctx {
             index: index.clone(),
             sink: Sink::Reload {
                 triggers: Triggers::new(index, queue, scope.clone(), metrics.clone()),
-                pause: PauseReconciler::new(
-                    client,
-                    Default::default(),
-                    crate::reload::lease::Leadership::always(),
-                ),
                 rollouts: Rollouts::new(0, Duration::ZERO, false, metrics.clone()),
             },
             metrics,
