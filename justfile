@@ -108,8 +108,8 @@ cluster-status:
     e2e/scripts/cluster.sh status
 
 # Criterion micro-benchmarks, then the load scenarios against the local control plane with the release
-# build (report and PNG plots in bench/results/; sizes via REKINDLE_BENCH_* variables, see
-# e2e/src/bin/load/main.rs). `just bench --vs PATH` runs the comparable scenarios a second time against
+# build (report and PNG plots in bench/results/; sizes as flags or REKINDLE_BENCH_* variables, see
+# `cargo run -p e2e --bin load -- --help`). `just bench --vs PATH` runs the comparable scenarios a second time against
 # another rekindle-compatible binary (for example a previous commit's build) and reports both with ratios.
 bench *ARGS: cluster-up release
     cargo bench --bench core

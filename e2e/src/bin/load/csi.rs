@@ -7,13 +7,15 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Result};
+use anyhow::Result;
 use e2e::rekindle::{Options, Rekindle};
 use e2e::TestNamespace;
 use futures::StreamExt;
 use kube::api::{DynamicObject, PostParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
+
+use super::Args;
 
 const PODS_PER_CLASS: usize = 50;
 const UPDATES: &str = "reloader_events_received_total{event_type=\"update\",resource_type=\"secretproviderclasspodstatuses\"}";
@@ -82,9 +84,8 @@ async fn start(client: &Client, ns: &str, classes: usize) -> Result<(Rekindle, f
     Ok((rk, ready, listed, rss))
 }
 
-pub async fn run(client: &Client) -> Result<Value> {
-    let n = super::env_usize("REKINDLE_BENCH_CSI_STATUSES", 10_000);
-    ensure!(n > 0, "REKINDLE_BENCH_CSI_STATUSES must be positive");
+pub async fn run(client: &Client, args: &Args) -> Result<Value> {
+    let n = args.sizes.csi_statuses as usize;
     e2e::apply_yaml(client, None, &e2e::csi::crds()?).await?;
     super::quiesce(client, "").await?;
     let ns = TestNamespace::new(client, "bench-csi").await?;
@@ -137,7 +138,7 @@ pub async fn run(client: &Client) -> Result<Value> {
         "rotation_written_s": written_s, "rotation_handled_s": handled_s,
         "rotation_cpu_s": cpu_s, "cpu_us_per_update": cpu_s * 1e6 / n as f64,
     });
-    let dir = super::results_dir()?;
+    let dir = args.results_dir()?;
     std::fs::write(dir.join("csi.json"), serde_json::to_string_pretty(&report)?)?;
     let mib = |b: u64| b as f64 / 1048576.0;
     let md = format!(

@@ -17,7 +17,7 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::{
-    create_pairs, env_usize, f, percentile, quiesce, request_counts, seen, summary, template_watch,
+    create_pairs, f, percentile, quiesce, request_counts, seen, summary, template_watch, Sizes,
 };
 
 /// Who applies the change: rekindle (with its debounce flag, None = default) or the bench itself.
@@ -256,11 +256,11 @@ async fn pair(client: &Client, trials: usize) -> Result<Value> {
 /// The paced runs repeat for REKINDLE_BENCH_S8_ROUNDS rounds (default 3), the writers' order rotated
 /// each round so none always runs first on a machine that warms up or gets busier; the report pools
 /// each writer's samples over the rounds and gives the median of the per-round ratios too.
-pub async fn s8(client: &Client) -> Result<Value> {
-    let rounds = env_usize("REKINDLE_BENCH_S8_ROUNDS", 3);
+pub async fn s8(client: &Client, sizes: &Sizes) -> Result<Value> {
+    let rounds = sizes.s8_rounds;
     // Changes per run at 10/s (a fifth of it at 2/s): a p99 of 100 samples is their second largest,
     // as noisy as one sample, so runs are 30 s long.
-    let updates = env_usize("REKINDLE_BENCH_S8_UPDATES", 300);
+    let updates = sizes.s8_updates;
     let writers = [Who::Bare, Who::Rekindle(Some("0")), Who::Rekindle(None)];
     let mut runs = Vec::new();
     for (rate, updates) in [(10.0, updates), (2.0, updates.div_ceil(5))] {

@@ -1,0 +1,182 @@
+//! Measurements: percentiles, histograms scraped from /metrics, the apiserver's request counts and CPU.
+
+use super::*;
+
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// The median of the values, `None` for none.
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| percentile(&v, 50.0))
+}
+
+pub fn summary(mut ms: Vec<f64>) -> Value {
+    ms.sort_by(|a, b| a.total_cmp(b));
+    json!({"n": ms.len(), "p50_ms": percentile(&ms, 50.0), "p95_ms": percentile(&ms, 95.0), "p99_ms": percentile(&ms, 99.0),
+        "samples_ms": ms})
+}
+
+pub fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+pub fn samples(v: &Value) -> Vec<f64> {
+    v["samples_ms"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default()
+}
+
+/// The apiserver's own `apiserver_admission_webhook_admission_duration_seconds` for rekindle's webhook.
+#[derive(Default)]
+pub struct Histogram {
+    buckets: BTreeMap<String, f64>,
+    sum: f64,
+    count: f64,
+}
+
+impl Histogram {
+    pub fn minus(mut self, before: &Histogram) -> Histogram {
+        for (le, v) in self.buckets.iter_mut() {
+            *v -= before.buckets.get(le).copied().unwrap_or(0.0);
+        }
+        self.sum -= before.sum;
+        self.count -= before.count;
+        self
+    }
+
+    /// Mean, and the upper bound of the bucket holding p50 and p99.
+    pub fn summary(&self) -> Value {
+        let mut bounds: Vec<(f64, f64)> = self
+            .buckets
+            .iter()
+            .filter_map(|(le, v)| {
+                Some((
+                    if le == "+Inf" {
+                        f64::INFINITY
+                    } else {
+                        le.parse().ok()?
+                    },
+                    *v,
+                ))
+            })
+            .collect();
+        bounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let quantile = |q: f64| {
+            bounds
+                .iter()
+                .find(|(_, c)| *c >= q * self.count)
+                .map(|(le, _)| le * 1000.0)
+                .unwrap_or(f64::NAN)
+        };
+        json!({"requests": self.count, "mean_ms": if self.count > 0.0 { self.sum / self.count * 1000.0 } else { f64::NAN },
+            "p50_bucket_le_ms": quantile(0.5), "p99_bucket_le_ms": quantile(0.99)})
+    }
+}
+
+impl Histogram {
+    /// The series of histogram `name` in Prometheus text whose line passes `keep`, summed.
+    pub fn parse(text: &str, name: &str, keep: impl Fn(&str) -> bool) -> Histogram {
+        let mut h = Histogram::default();
+        for line in text.lines().filter(|l| l.starts_with(name) && keep(l)) {
+            let (labels, value) = line.rsplit_once(' ').unwrap_or((line, "0"));
+            let value: f64 = value.parse().unwrap_or(0.0);
+            if line.starts_with(&format!("{name}_bucket")) {
+                let le = labels
+                    .split("le=\"")
+                    .nth(1)
+                    .and_then(|r| r.split('"').next())
+                    .unwrap_or("")
+                    .to_string();
+                *h.buckets.entry(le).or_default() += value;
+            } else if line.starts_with(&format!("{name}_sum")) {
+                h.sum += value;
+            } else if line.starts_with(&format!("{name}_count")) {
+                h.count += value;
+            }
+        }
+        h
+    }
+}
+
+pub async fn webhook_histogram(client: &Client) -> Result<Histogram> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    Ok(Histogram::parse(
+        &text,
+        "apiserver_admission_webhook_admission_duration_seconds",
+        |l| l.contains("name=\"workloads.rekindle.io\"") && l.contains("type=\"admit\""),
+    ))
+}
+
+/// rekindle's own `rekindle_admission_duration_seconds`: time inside the handler, without TLS and HTTP.
+pub async fn handler_histogram(rk: &Rekindle) -> Result<Histogram> {
+    Ok(Histogram::parse(
+        &rk.metrics().await?,
+        "rekindle_admission_duration_seconds",
+        |_| true,
+    ))
+}
+
+pub async fn request_counts(client: &Client) -> Result<BTreeMap<String, f64>> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let (labels, value) = line.rsplit_once(' ').unwrap_or((line, "0"));
+        let get = |k: &str| {
+            labels
+                .split(&format!("{k}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string()
+        };
+        let resource = get("resource");
+        if !matches!(
+            resource.as_str(),
+            "deployments" | "configmaps" | "statefulsets" | "daemonsets"
+        ) || !get("subresource").is_empty()
+        {
+            continue;
+        }
+        *out.entry(format!("{} {}", get("verb"), resource))
+            .or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+    }
+    Ok(out)
+}
+
+/// The apiserver's CPU seconds (`process_cpu_seconds_total`) and the bytes of all its responses
+/// (`apiserver_response_sizes_sum`), from its /metrics.
+pub async fn apiserver_cost(client: &Client) -> Result<(f64, f64)> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    let value = |l: &str| {
+        l.rsplit_once(' ')
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let cpu = text
+        .lines()
+        .find(|l| l.starts_with("process_cpu_seconds_total "))
+        .map(value)
+        .unwrap_or(f64::NAN);
+    let bytes = text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_response_sizes_sum{"))
+        .map(value)
+        .sum();
+    Ok((cpu, bytes))
+}
