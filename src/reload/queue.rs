@@ -32,8 +32,33 @@ pub struct Pending {
     pub failures: u32,
     /// Why the reload waits though owed, once the writer has deferred it (its Event is posted once).
     pub deferred: Option<Deferred>,
+    /// Work no change caused: the end of a pause, a halt to write or to end.
+    pub upkeep: Upkeep,
+}
+
+/// Work on a workload that no change caused, reconciled by the writer with its reloads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Upkeep {
     /// A pause rekindle set on the Deployment is to be ended once its period is over.
     pub resume: bool,
+    /// Its failed rollout's halt is to be written, or its halt is over and to be removed.
+    pub halt: bool,
+}
+
+impl Upkeep {
+    pub const RESUME: Upkeep = Upkeep {
+        resume: true,
+        halt: false,
+    };
+    pub const HALT: Upkeep = Upkeep {
+        resume: false,
+        halt: true,
+    };
+
+    fn add(&mut self, other: Upkeep) {
+        self.resume |= other.resume;
+        self.halt |= other.halt;
+    }
 }
 
 /// Why an owed reload waits (`rekindle_reloads_deferred{reason}`).
@@ -215,7 +240,7 @@ impl Queue {
             causes: BTreeMap::new(),
             failures: 0,
             deferred: None,
-            resume: false,
+            upkeep: Upkeep::default(),
         });
         entry.causes.entry(resource).or_insert(observed);
         let mut due = if lone && pushed == Pushed::New && !busy {
@@ -232,10 +257,10 @@ impl Queue {
         pushed
     }
 
-    /// Schedules the end of a pause rekindle set on the Deployment `key`, due at `due` (the writer
-    /// reads the object then, and asks again if the period was extended). An entry already queued
-    /// keeps whichever is sooner. Not counted as an add: no change is behind it.
-    pub fn push_resume(&self, key: WorkloadKey, due: Instant) {
+    /// Schedules `upkeep` on `key`, due at `due` (for the end of a pause, when its period is over:
+    /// the writer reads the object then, and asks again if the period was extended). An entry
+    /// already queued keeps whichever is sooner. Not counted as an add: no change is behind it.
+    pub fn push_upkeep(&self, key: WorkloadKey, due: Instant, upkeep: Upkeep) {
         let mut state = self.lock();
         let entry = state.pending.entry(key.clone()).or_insert_with(|| Pending {
             // Owed from when it is due: the workqueue latency does not measure the pause period.
@@ -244,9 +269,9 @@ impl Queue {
             causes: BTreeMap::new(),
             failures: 0,
             deferred: None,
-            resume: false,
+            upkeep: Upkeep::default(),
         });
-        entry.resume = true;
+        entry.upkeep.add(upkeep);
         let due = due.min(entry.due);
         state.set_due(&key, due);
         drop(state);
@@ -393,7 +418,7 @@ impl Queue {
                         entry.first = entry.first.min(back.first);
                         entry.failures = back.failures;
                         entry.deferred = entry.deferred.or(back.deferred);
-                        entry.resume |= back.resume;
+                        entry.upkeep.add(back.upkeep);
                         for (r, observed) in back.causes {
                             let first_seen = entry.causes.entry(r).or_insert(observed);
                             *first_seen = (*first_seen).min(observed);
@@ -469,21 +494,21 @@ mod tests {
     async fn a_resume_is_due_when_scheduled_and_rides_with_changes() {
         let q = queue(0, 0, 0);
         let t0 = Instant::now();
-        q.push_resume(key("a"), t0 + Duration::from_secs(60));
-        q.push_resume(key("a"), t0 + Duration::from_secs(90));
+        q.push_upkeep(key("a"), t0 + Duration::from_secs(60), Upkeep::RESUME);
+        q.push_upkeep(key("a"), t0 + Duration::from_secs(90), Upkeep::RESUME);
         assert_eq!(q.depth(), 1);
         assert_eq!(q.stalled_for(), Duration::ZERO, "not owed before it is due");
         q.push(key("a"), r("cm"), t0, true);
         let (_, pending) = q.next().await;
         assert_eq!(Instant::now(), t0, "the change is due at once");
-        assert!(pending.resume, "and carries the resume");
+        assert!(pending.upkeep.resume, "and carries the resume");
         // The writer finds the period not over and schedules it again while it holds the workload.
-        q.push_resume(key("a"), t0 + Duration::from_secs(60));
+        q.push_upkeep(key("a"), t0 + Duration::from_secs(60), Upkeep::RESUME);
         assert_eq!(q.depth(), 1, "queued behind the run");
         q.done(&key("a"), Finished::Reloaded);
         let (_, pending) = q.next().await;
         assert_eq!(Instant::now(), t0 + Duration::from_secs(60));
-        assert!(pending.resume && pending.causes.is_empty());
+        assert!(pending.upkeep.resume && pending.causes.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

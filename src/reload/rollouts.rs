@@ -301,9 +301,9 @@ impl Rollouts {
             .map(|f| (f.key.clone(), f.reason))
     }
 
-    /// A failure whose halt could not be written: handed over again at the next tick.
-    pub fn failed_again(&self, failed: FailedRollout) {
-        self.lock().failed.push(failed);
+    /// The failure of the workload's rollout whose halt is to be written, if any.
+    pub fn halt_owed(&self, key: &WorkloadKey) -> Option<FailedRollout> {
+        self.lock().halting.iter().find(|f| f.key == *key).cloned()
     }
 
     /// The failures since the last call.

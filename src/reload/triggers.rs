@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::queue::{Pushed, Queue};
+use super::queue::{Pushed, Queue, Upkeep};
 use crate::config::scope::ScopeFilter;
 use crate::core::refs::ResourceRef;
 use crate::index::{Index, WorkloadKey};
@@ -85,7 +85,8 @@ impl Triggers {
         }
         let wait = at.duration_since(jiff::Timestamp::now());
         let wait = std::time::Duration::try_from(wait).unwrap_or_default();
-        self.queue.push_resume(key.clone(), Instant::now() + wait);
+        self.queue
+            .push_upkeep(key.clone(), Instant::now() + wait, Upkeep::RESUME);
     }
 }
 

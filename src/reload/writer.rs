@@ -35,7 +35,7 @@ use tracing::Instrument;
 
 use super::error::WriteError;
 use super::pause::{self, Resume};
-use super::queue::{Deferred, Finished, Pending, Queue};
+use super::queue::{Deferred, Finished, Pending, Queue, Upkeep};
 use super::rollouts::{Admission, FailedRollout, Rollouts};
 use crate::core::job::{job_from_cronjob, strip_job};
 use crate::core::patch::{self, MarkerChange, Place};
@@ -43,7 +43,7 @@ use crate::core::pause::{pause_ops, PauseDecision};
 use crate::core::plan::{self, Action, Change, Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
 use crate::core::refs::ResourceRef;
-use crate::core::release::{Halt, HaltedChange, HALTED_ANNOTATION};
+use crate::core::release::{Halt, HaltedChange, Release, HALTED_ANNOTATION};
 use crate::core::rollout::Progress;
 use crate::core::skeleton;
 use crate::core::window::{self, Windows};
@@ -75,8 +75,9 @@ pub fn stalled_for(queue: &Queue, leadership: &Leadership) -> Duration {
 const PATCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Tries at creating a Job again after deleting it (backoff to 5 s: about five minutes in all).
 const JOB_CREATE_RETRIES: usize = 60;
-/// When a resume that failed is tried again; one that lost to another write, sooner.
-const RESUME_RETRY: Duration = Duration::from_secs(5);
+/// When a resume, or a halt's write or removal, that failed is tried again; a resume that lost to
+/// another write, sooner.
+const UPKEEP_RETRY: Duration = Duration::from_secs(5);
 const RESUME_CONFLICT_RETRY: Duration = Duration::from_millis(200);
 
 /// How often a reload held back by a canary or a halt looks again.
@@ -277,17 +278,21 @@ impl Writer {
         mut pending: Pending,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Finished {
-        let resume = std::mem::take(&mut pending.resume);
+        let upkeep = std::mem::take(&mut pending.upkeep);
+        if upkeep.halt {
+            self.reconcile_halt(key).await;
+        }
         let finished = if pending.causes.is_empty() {
             Finished::Settled
         } else {
             self.reload_owed(key, pending, permit).await
         };
         // After the reload, so that what it wrote rolls out with the resume, in one rollout.
-        if resume {
+        if upkeep.resume {
             if let Some(after) = self.resume_if_due(key).await {
                 // Queued behind this run: `Queue::done` keeps it.
-                self.queue.push_resume(key.clone(), Instant::now() + after);
+                let due = Instant::now() + after;
+                self.queue.push_upkeep(key.clone(), due, Upkeep::RESUME);
             }
         }
         finished
@@ -466,9 +471,9 @@ impl Writer {
             Ok(Resume::DueIn(after)) => Some(after),
             Err(WriteError::Conflict(_)) => Some(RESUME_CONFLICT_RETRY),
             Err(e) => {
-                tracing::warn!(error = %e, after = ?RESUME_RETRY, "could not resume the Deployment; trying again");
+                tracing::warn!(error = %e, after = ?UPKEEP_RETRY, "could not resume the Deployment; trying again");
                 self.metrics.error("resume");
-                Some(RESUME_RETRY)
+                Some(UPKEEP_RETRY)
             }
         }
     }
@@ -628,8 +633,8 @@ impl Writer {
     }
 
     /// Follows the rollouts rekindle started, every second and whenever one ends: hands freed budget
-    /// slots to the workloads deferred longest, writes the halts of failed rollouts, and ends halts
-    /// whose workload is healthy again or whose change is no longer current. Only the leader acts.
+    /// slots to the workloads deferred longest, and queues the halts of failed rollouts and the end of
+    /// halts whose workload is healthy again or whose change is no longer current. Only the leader acts.
     /// `synced` says whether the watches have synced (the rollouts running are counted then).
     pub async fn supervise_rollouts(
         self: Arc<Self>,
@@ -650,34 +655,62 @@ impl Writer {
             if !leading {
                 continue;
             }
+            // The writes themselves are the writer's, reconciled with the workload's reloads.
+            let now = Instant::now();
             for failed in self.rollouts.take_failed() {
                 if failed.halts {
-                    self.halt(&failed).await;
+                    self.queue.push_upkeep(failed.key, now, Upkeep::HALT);
                 }
             }
             if self.index.has_release_marks() {
-                self.end_halts().await;
+                for (key, release) in self.index.halted() {
+                    if self.halt_over(&key, &release).is_some() {
+                        self.queue.push_upkeep(key, now, Upkeep::HALT);
+                    }
+                }
             }
         }
     }
 
+    /// Writes the halt of the workload's failed rollout, or removes a halt that is over; a failure
+    /// is queued again.
+    async fn reconcile_halt(&self, key: &WorkloadKey) {
+        if !self.leadership.is_leader() {
+            return;
+        }
+        let written = match self.rollouts.halt_owed(key) {
+            Some(failed) => self.halt(&failed).await,
+            None => match self.index.release_of(key) {
+                Some(release) => match self.halt_over(key, &release) {
+                    Some(why) => self.end_halt(key, why, &release).await,
+                    None => Ok(()),
+                },
+                None => Ok(()),
+            },
+        };
+        if let Err(e) = written {
+            tracing::warn!(error = %e, after = ?UPKEEP_RETRY, "could not write or remove the halt; trying again");
+            self.metrics.error("halt");
+            let due = Instant::now() + UPKEEP_RETRY;
+            self.queue.push_upkeep(key.clone(), due, Upkeep::HALT);
+        }
+    }
+
     /// Writes the halt of a failed rollout on its workload, with a Warning Event and an alert.
-    async fn halt(&self, failed: &FailedRollout) {
+    async fn halt(&self, failed: &FailedRollout) -> Result<(), WriteError> {
         let key = &failed.key;
         let halt = Halt {
             reason: failed.reason.label().into(),
             changes: failed.changes.clone(),
         };
         let body = serde_json::json!({"metadata": {"annotations": {HALTED_ANNOTATION: halt.to_annotation()}}});
-        if let Err(e) = self.annotate(key, body).await {
-            tracing::warn!(workload = %key, error = %e, "could not write the halt; trying again");
-            self.metrics.error("halt");
-            if matches!(e, WriteError::Gone) {
+        match self.annotate(key, body).await {
+            Ok(()) => {}
+            Err(WriteError::Gone) => {
                 self.rollouts.halt_written(key);
-            } else {
-                self.rollouts.failed_again(failed.clone());
+                return Ok(());
             }
-            return;
+            Err(e) => return Err(e),
         }
         self.rollouts.halt_written(key);
         self.metrics.reload_halts.inc();
@@ -705,44 +738,48 @@ impl Writer {
         if let Some(alerter) = &self.alerter {
             alerter.alert(note);
         }
+        Ok(())
     }
 
-    /// Removes halts whose workload is healthy again or none of whose changes is current any more.
-    async fn end_halts(&self) {
-        for (key, release) in self.index.halted() {
-            let Some(halt) = release.halt() else {
-                continue;
-            };
-            let current = halt.changes.iter().any(|c| {
-                self.index
-                    .resource(&ResourceKey::new(c.kind, &key.namespace, &c.name))
-                    .is_some_and(|r| *r.hash == c.hash)
-            });
-            let why = if release.progress == Progress::Finished {
-                "its rollout is healthy again"
-            } else if !current {
-                "the resource changed again"
-            } else {
-                continue;
-            };
-            tracing::info!(workload = %key, why, progress = ?release.progress, "ending the halt");
-            let body = serde_json::json!({"metadata": {"annotations": {HALTED_ANNOTATION: null}}});
-            if let Err(e) = self.annotate(&key, body).await {
-                tracing::warn!(workload = %key, error = %e, "could not remove the halt; tried again");
-                self.metrics.error("halt");
-                continue;
-            }
-            tracing::info!(workload = %key, why, "halt ended");
-            let note = format!("Halt on {} '{}' ended: {why}", key.kind, key.name);
-            self.publish(
-                &key,
-                self.uid_of(&key).as_deref(),
-                EventType::Normal,
-                "ReloadResumed",
-                note,
-            )
-            .await;
+    /// Why the halt the workload carries is over, if it is: the workload is healthy again, or none of
+    /// its changes is current any more.
+    fn halt_over(&self, key: &WorkloadKey, release: &Release) -> Option<&'static str> {
+        let halt = release.halt()?;
+        if release.progress == Progress::Finished {
+            return Some("its rollout is healthy again");
         }
+        let current = halt.changes.iter().any(|c| {
+            self.index
+                .resource(&ResourceKey::new(c.kind, &key.namespace, &c.name))
+                .is_some_and(|r| *r.hash == c.hash)
+        });
+        (!current).then_some("the resource changed again")
+    }
+
+    /// Removes a halt that is over, with a `ReloadResumed` Event.
+    async fn end_halt(
+        &self,
+        key: &WorkloadKey,
+        why: &str,
+        release: &Release,
+    ) -> Result<(), WriteError> {
+        tracing::info!(workload = %key, why, progress = ?release.progress, "ending the halt");
+        let body = serde_json::json!({"metadata": {"annotations": {HALTED_ANNOTATION: null}}});
+        match self.annotate(key, body).await {
+            Ok(()) | Err(WriteError::Gone) => {}
+            Err(e) => return Err(e),
+        }
+        tracing::info!(workload = %key, why, "halt ended");
+        let note = format!("Halt on {} '{}' ended: {why}", key.kind, key.name);
+        self.publish(
+            key,
+            self.uid_of(key).as_deref(),
+            EventType::Normal,
+            "ReloadResumed",
+            note,
+        )
+        .await;
+        Ok(())
     }
 
     /// A merge patch of the workload's metadata; the response goes into the index.

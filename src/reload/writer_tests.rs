@@ -121,7 +121,7 @@ fn fixture_leading(
     let pending = Pending {
         failures: 0,
         deferred: None,
-        resume: false,
+        upkeep: Default::default(),
         first: now,
         due: now,
         causes: BTreeMap::from([(
@@ -703,7 +703,7 @@ async fn a_pause_is_resumed_by_the_writer_when_its_period_is_over() {
             (200, answer.clone())
         });
         pending.causes.clear();
-        pending.resume = true;
+        pending.upkeep.resume = true;
         let finished = f.writer.reconcile(&key, pending, None).await;
         assert!(matches!(finished, Finished::Settled), "{finished:?}");
         let queued_again = f.writer.queue.depth();
@@ -725,4 +725,60 @@ async fn a_pause_is_resumed_by_the_writer_when_its_period_is_over() {
             assert_eq!(queued_again, 1, "queued for when it is");
         }
     }
+}
+
+/// A halt is upkeep the writer reconciles: a failed canary's halt is written on it (Warning Event),
+/// and removed once the workload is healthy again (Normal Event), each one merge PATCH.
+#[tokio::test]
+async fn the_writer_writes_a_failed_rollouts_halt_and_ends_it_when_healthy() {
+    let failing = {
+        let mut c = canary(Some("h2"), json!({}), false);
+        c["metadata"]["name"] = json!("web");
+        c["status"]["conditions"][0]["reason"] = json!("ProgressDeadlineExceeded");
+        c
+    };
+    let answer = failing.clone();
+    let (f, key, mut pending) = fixture(WorkloadKind::Deployment, "web", &failing, move |_| {
+        (200, answer.clone())
+    });
+    let rollouts = &f.writer.rollouts;
+    let changes = vec![HaltedChange {
+        kind: ResourceKind::ConfigMap,
+        name: "cfg".into(),
+        hash: "h2".into(),
+    }];
+    rollouts.written(&key, &failing, changes, true);
+    crate::reload::rollouts::tests::observe(rollouts, &key, &failing);
+    assert_eq!(rollouts.take_failed().len(), 1);
+    pending.causes.clear();
+    pending.upkeep.halt = true;
+    let finished = f.writer.reconcile(&key, pending.clone(), None).await;
+    assert!(matches!(finished, Finished::Settled), "{finished:?}");
+    assert!(rollouts.halt_owed(&key).is_none(), "written");
+    // Healthy again, still carrying the halt (as the watch delivers it): the halt is over.
+    let mut healthy = canary(Some("h2"), json!({}), true);
+    healthy["metadata"]["name"] = json!("web");
+    healthy["metadata"]["annotations"]["rekindle.io/reload-halted"] = json!(json!({
+        "reason": "progress_deadline", "changes": [{"kind": "ConfigMap", "name": "cfg", "hash": "h2"}]
+    }).to_string());
+    f.writer.index.apply_workload(
+        key.clone(),
+        WorkloadEntry::from_stored(&f.writer.plan, &healthy, WorkloadKind::Deployment),
+    );
+    f.writer.reconcile(&key, pending, None).await;
+    let server = f.finish().await;
+    let patches: Vec<&Value> = server
+        .requests
+        .iter()
+        .map(|s| &s.body["metadata"]["annotations"]["rekindle.io/reload-halted"])
+        .collect();
+    assert_eq!(patches.len(), 2, "{patches:?}");
+    assert!(patches[0].as_str().is_some_and(|v| v.contains("progress_deadline")));
+    assert!(patches[1].is_null(), "removed");
+    let reasons: Vec<&str> = server
+        .events
+        .iter()
+        .filter_map(|e| e["reason"].as_str())
+        .collect();
+    assert_eq!(reasons, ["ReloadHalted", "ReloadResumed"]);
 }
