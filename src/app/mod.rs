@@ -157,14 +157,7 @@ async fn run(config: Config) -> Result<()> {
         ScopeFilter::new(&config.scope)
             .ignoring_kinds(config.plan.policy.ignored_workload_types.iter().copied()),
     );
-    let queue = Arc::new(
-        Queue::new(QueueConfig {
-            debounce: config.reload_debounce,
-            debounce_max: config.reload_debounce_max,
-            min_interval: config.min_reload_interval,
-        })
-        .counting_adds(metrics.workqueue_adds.clone()),
-    );
+    let queue = reload_queue(&config, &metrics);
     // Cancelled once the writer has returned: only then may a leader release its Lease.
     let writes_done = CancellationToken::new();
     let (leadership, election) = leadership(&config, &client, &shutdown, &writes_done);
@@ -238,34 +231,33 @@ async fn run(config: Config) -> Result<()> {
             None
         }
         Some(triggers) => {
+            let (queue, sync) = (triggers.queue(), ready.progress());
             let writer = writer(
                 &config,
                 &write_client,
                 &index,
-                triggers.queue(),
+                queue,
                 &metrics,
                 &leadership,
-                rollouts.clone(),
-                ready.progress(),
+                rollouts,
+                sync,
             )?;
             Some(start_writer(writer, &write_client, &health, &shutdown))
         }
     };
 
     // The catch-up as the first sync proceeds, then the periodic consistency pass.
-    let housekeeping = tokio::spawn(
-        Housekeeping {
-            index: index.clone(),
-            catch_up,
-            triggers: reloading.clone(),
-            metrics: metrics.clone(),
-            ready,
-            leadership: leadership.clone(),
-            consistency_interval: config.consistency_interval,
-            replay_creates: config.sync_after_restart && config.plan.reload_on_create,
-        }
-        .run(shutdown.clone()),
-    );
+    let housekeeping = Housekeeping {
+        index: index.clone(),
+        catch_up,
+        triggers: reloading.clone(),
+        metrics: metrics.clone(),
+        ready,
+        leadership: leadership.clone(),
+        consistency_interval: config.consistency_interval,
+        replay_creates: config.sync_after_restart && config.plan.reload_on_create,
+    };
+    let housekeeping = tokio::spawn(housekeeping.run(shutdown.clone()));
 
     let tasks = Critical {
         writer: writer_task,
@@ -318,6 +310,16 @@ async fn until_stopped(
     tasks.stop(shutdown, writes_done).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The reload queue of the configuration's debounce and cooldown.
+fn reload_queue(config: &Config, metrics: &Metrics) -> Arc<Queue> {
+    let queue = Queue::new(QueueConfig {
+        debounce: config.reload_debounce,
+        debounce_max: config.reload_debounce_max,
+        min_interval: config.min_reload_interval,
+    });
+    Arc::new(queue.counting_adds(metrics.workqueue_adds.clone()))
 }
 
 /// `/live` fails while reloads are owed and the writer has taken and finished nothing for too long.

@@ -304,25 +304,9 @@ pub fn decide_with(
     if resource.ignore {
         return Decision::no(Reason::Ignored);
     }
-    let source_keys = [
-        keys.reload(resource_kind),
-        keys.auto.as_str(),
-        keys.typed_auto(resource_kind),
-        keys.search.as_str(),
-    ];
-    let source = if source_keys.iter().any(|k| policy.metadata.contains_key(*k)) {
-        &policy.metadata
-    } else {
-        &policy.template
-    };
+    let source = annotations_read(keys, policy, resource_kind);
     let get = |k: &str| source.get(k).map(String::as_str);
-
-    let exclude_key = keys.exclude(resource_kind);
-    let excluded = [&policy.metadata, &policy.template]
-        .into_iter()
-        .filter_map(|m| m.get(exclude_key))
-        .any(|v| list_elements(v).any(|n| n == resource_name));
-    if excluded {
+    if excludes(keys, policy, resource_kind, resource_name) {
         return Decision::no(Reason::Excluded);
     }
 
@@ -376,6 +360,40 @@ pub fn decide_with(
         auto: false,
         invalid_patterns,
     }
+}
+
+/// The annotations the reload decision reads: the workload's own metadata when it has any of the
+/// reload, auto or search keys for this kind of resource, else the pod template's.
+fn annotations_read<'a>(
+    keys: &AnnotationKeys,
+    policy: &'a WorkloadPolicy,
+    resource_kind: ResourceKind,
+) -> &'a BTreeMap<String, String> {
+    let source_keys = [
+        keys.reload(resource_kind),
+        keys.auto.as_str(),
+        keys.typed_auto(resource_kind),
+        keys.search.as_str(),
+    ];
+    if source_keys.iter().any(|k| policy.metadata.contains_key(*k)) {
+        &policy.metadata
+    } else {
+        &policy.template
+    }
+}
+
+/// Whether the exclude annotation (in the metadata or the template) names the resource.
+fn excludes(
+    keys: &AnnotationKeys,
+    policy: &WorkloadPolicy,
+    resource_kind: ResourceKind,
+    resource_name: &str,
+) -> bool {
+    let exclude_key = keys.exclude(resource_kind);
+    [&policy.metadata, &policy.template]
+        .into_iter()
+        .filter_map(|m| m.get(exclude_key))
+        .any(|v| list_elements(v).any(|n| n == resource_name))
 }
 
 /// Whether an element of the reload list `list` (annotation `annotation`) matches `name`, stopping at

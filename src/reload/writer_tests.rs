@@ -773,7 +773,9 @@ async fn the_writer_writes_a_failed_rollouts_halt_and_ends_it_when_healthy() {
         .map(|s| &s.body["metadata"]["annotations"]["rekindle.io/reload-halted"])
         .collect();
     assert_eq!(patches.len(), 2, "{patches:?}");
-    assert!(patches[0].as_str().is_some_and(|v| v.contains("progress_deadline")));
+    assert!(patches[0]
+        .as_str()
+        .is_some_and(|v| v.contains("progress_deadline")));
     assert!(patches[1].is_null(), "removed");
     let reasons: Vec<&str> = server
         .events
