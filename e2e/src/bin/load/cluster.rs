@@ -1,6 +1,15 @@
 //! Objects the scenarios create, the watch that times a new template, and waits for a quiet control plane.
 
-use super::*;
+use crate::measure::apiserver_cost;
+use anyhow::Result;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::PostParams;
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
 
 pub fn deployment(name: &str, cm: &str, annotated: bool, paused: bool) -> Deployment {
     let annotations = if annotated {

@@ -15,7 +15,7 @@ use kube::api::{DynamicObject, PostParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-use super::Args;
+use crate::args::Args;
 
 const PODS_PER_CLASS: usize = 50;
 const UPDATES: &str = "reloader_events_received_total{event_type=\"update\",resource_type=\"secretproviderclasspodstatuses\"}";
@@ -87,7 +87,7 @@ async fn start(client: &Client, ns: &str, classes: usize) -> Result<(Rekindle, f
 pub async fn run(client: &Client, args: &Args) -> Result<Value> {
     let n = args.sizes.csi_statuses as usize;
     e2e::apply_yaml(client, None, &e2e::csi::crds()?).await?;
-    super::quiesce(client, "").await?;
+    crate::cluster::quiesce(client, "").await?;
     let ns = TestNamespace::new(client, "bench-csi").await?;
     let api = e2e::wait_for("the status CRD to be served", e2e::TIMEOUT, || async {
         Ok(e2e::dynamic_api(
@@ -107,7 +107,7 @@ pub async fn run(client: &Client, args: &Args) -> Result<Value> {
 
     eprintln!("CSI: {n} status objects ({} classes) …", n / PODS_PER_CLASS);
     write_all(&api, n, "1", false).await?;
-    super::settle(client).await?;
+    crate::cluster::settle(client).await?;
     let (rk, ready_full, listed_full, rss_full) =
         start(client, &ns.name, n / PODS_PER_CLASS).await?;
 

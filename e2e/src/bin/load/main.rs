@@ -33,31 +33,22 @@ mod s6;
 mod s7;
 mod writer;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use args::{Args, Part, Sizes};
 use clap::Parser;
-use cluster::*;
-use e2e::rekindle::{Options, Rekindle};
-use e2e::{admin_client, TestNamespace};
-use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::watcher::{self, watcher, Event};
-use kube::{Api, Client, ResourceExt};
-use measure::*;
-use report::*;
-use s1::*;
-use s2::*;
-use s3::*;
-use s4::*;
-use s5::*;
-use s6::*;
-use s7::*;
+use e2e::admin_client;
+use kube::Client;
+use measure::{f, samples};
+use report::markdown;
+use s1::{s1, s1_baseline};
+use s2::s2;
+use s3::s3;
+use s4::{s4, s4_with};
+use s5::{s5, s5_only};
+use s6::s6_only;
+use s7::s7;
 use serde_json::{json, Value};
 
 /// The scenarios run for each binary compared: S1 (both debounces), S2, S3, S5, S7.

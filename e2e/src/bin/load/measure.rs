@@ -1,6 +1,10 @@
 //! Measurements: percentiles, histograms scraped from /metrics, the apiserver's request counts and CPU.
 
-use super::*;
+use anyhow::Result;
+use e2e::rekindle::Rekindle;
+use kube::Client;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
 
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {

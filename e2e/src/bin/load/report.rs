@@ -1,6 +1,8 @@
 //! The main report: headline figures and the markdown of every scenario.
 
-use super::*;
+use crate::args::Sizes;
+use crate::measure::f;
+use serde_json::Value;
 
 /// The headline numbers of one run, as (label, value, unit) rows; `--vs` puts two side by side.
 pub fn headline(r: &Value) -> Vec<(&'static str, f64, &'static str)> {

@@ -1,6 +1,17 @@
 //! S1: reload latency, from a change's acceptance to the new template in a watch, next to a bare client.
 
-use super::*;
+use crate::cluster::{create_pairs, seen, template_watch};
+use crate::measure::{summary, webhook_histogram};
+use anyhow::{Context, Result};
+use e2e::rekindle::{Options, Rekindle};
+use e2e::TestNamespace;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// S1: latency from a ConfigMap update's acceptance to the new template in a Deployment watch.
 pub async fn s1(

@@ -1,6 +1,19 @@
 //! S2: fan-out, one ConfigMap used by many Deployments.
 
-use super::*;
+use crate::cluster::{deployment, template_watch};
+use crate::measure::summary;
+use anyhow::Result;
+use e2e::rekindle::{Options, Rekindle};
+use e2e::TestNamespace;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// S2: one ConfigMap referenced by `n` Deployments changes; time until every one is patched.
 pub async fn s2(

@@ -1,6 +1,17 @@
 //! S3: the API requests one change costs among many workloads (a needle in a haystack).
 
-use super::*;
+use crate::cluster::{create_pairs, quiesce, seen, template_watch};
+use crate::measure::{apiserver_cost, request_counts};
+use anyhow::{Context, Result};
+use e2e::rekindle::{Options, Rekindle};
+use e2e::TestNamespace;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// S3: one ConfigMap changes among many: latency, and the API requests the change cost.
 pub async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> Result<Value> {

@@ -1,6 +1,17 @@
 //! S4: memory against the data watched; with several starts over the same objects, the S6 start-up.
 
-use super::*;
+use crate::args::Sizes;
+use crate::cluster::{create_pairs_with, quiesce, seen, settle, template_watch};
+use crate::measure::{apiserver_cost, median};
+use anyhow::Result;
+use e2e::rekindle::{Options, Rekindle};
+use e2e::TestNamespace;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
 
 /// S4 + S6: memory against the bytes of data watched, and start-up time to /ready.
 pub async fn s4(

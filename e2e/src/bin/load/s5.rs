@@ -1,6 +1,14 @@
 //! S5: the admission webhook alone, under load.
 
-use super::*;
+use crate::admission;
+use crate::args::Args;
+use crate::measure::{handler_histogram, median, summary};
+use anyhow::Result;
+use e2e::rekindle::{Options, Rekindle};
+use e2e::TestNamespace;
+use kube::Client;
+use serde_json::{json, Value};
+use std::path::PathBuf;
 
 /// S5: the webhook alone, from this process, over keep-alive TLS: first with client and server sharing
 /// every core, then (on a machine with two or more) with the server pinned to one core and this client to

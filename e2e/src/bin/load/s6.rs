@@ -1,6 +1,11 @@
 //! S6 alone (`--only s6`): the full-size start-up, streaming and paged lists.
 
-use super::*;
+use crate::args::Args;
+use crate::measure::f;
+use crate::s4::s4_with;
+use anyhow::Result;
+use kube::Client;
+use serde_json::{json, Value};
 
 /// `--only s6`: the full-size start-up alone (REKINDLE_BENCH_S6_* sizes); bench/results/s6.{json,md}.
 pub async fn s6_only(client: &Client, args: &Args) -> Result<()> {

@@ -1,6 +1,15 @@
 //! S7: a storm of changes that reload nothing.
 
-use super::*;
+use crate::cluster::create_pairs;
+use anyhow::Result;
+use e2e::rekindle::{Options, Rekindle};
+use e2e::TestNamespace;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// S7: 10 ConfigMaps whose annotations change 20 times a second: no reload, and CPU next to idle.
 pub async fn s7(client: &Client, seconds: u64, binary: Option<PathBuf>) -> Result<Value> {

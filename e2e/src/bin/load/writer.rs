@@ -16,9 +16,9 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-use super::{
-    create_pairs, f, percentile, quiesce, request_counts, seen, summary, template_watch, Sizes,
-};
+use crate::args::Sizes;
+use crate::cluster::{create_pairs, quiesce, seen, template_watch};
+use crate::measure::{f, percentile, request_counts, summary};
 
 /// Who applies the change: rekindle (with its debounce flag, None = default) or the bench itself.
 #[derive(Clone, Copy)]
