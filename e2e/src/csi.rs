@@ -32,6 +32,25 @@ pub fn crds() -> Result<String> {
     std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
 }
 
+/// The SecretProviderClassPodStatus API of `namespace`, once the apiserver serves the CRD (installed
+/// from [`crds`] just before, it is not served at once).
+pub async fn status_api(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<kube::Api<kube::api::DynamicObject>> {
+    wait_for("the status CRD to be served", TIMEOUT, || async {
+        let kind = "SecretProviderClassPodStatus";
+        let api = crate::dynamic_api(
+            client,
+            "secrets-store.csi.x-k8s.io/v1",
+            kind,
+            Some(namespace),
+        );
+        Ok(api.await.ok())
+    })
+    .await
+}
+
 /// The driver, its registrar and the test provider; stopped on drop, and the CSIDriver and CRDs removed
 /// (a later test sees a cluster without the driver).
 pub struct SecretsStoreCsi {

@@ -348,17 +348,7 @@ async fn csi_secret_provider_class_changes_reload_once() -> Result<()> {
     let client = admin_client().await?;
     apply_yaml(&client, None, &e2e::csi::crds()?).await?;
     let ns = TestNamespace::new(&client, "e2e-csi").await?;
-    wait_for("the SPCPS CRD to be served", TIMEOUT, || async {
-        Ok(dynamic_api(
-            &client,
-            "secrets-store.csi.x-k8s.io/v1",
-            "SecretProviderClassPodStatus",
-            Some(&ns.name),
-        )
-        .await
-        .ok())
-    })
-    .await?;
+    e2e::csi::status_api(&client, &ns.name).await?;
     let spcps = |pod: &str, version: &str| {
         json!({"apiVersion": "secrets-store.csi.x-k8s.io/v1", "kind": "SecretProviderClassPodStatus", "metadata": {"name": format!("{pod}-vault")},
             "status": {"podName": pod, "secretProviderClassName": "vault", "mounted": true, "objects": [{"id": "secret/db", "version": version}]}})

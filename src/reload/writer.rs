@@ -280,7 +280,9 @@ impl Writer {
     ) -> Finished {
         let upkeep = std::mem::take(&mut pending.upkeep);
         if upkeep.halt {
-            self.reconcile_halt(key).await;
+            if let Some(after) = self.reconcile_halt(key).await {
+                self.upkeep_again(key, after, Upkeep::HALT);
+            }
         }
         let finished = if pending.causes.is_empty() {
             Finished::Settled
@@ -290,12 +292,16 @@ impl Writer {
         // After the reload, so that what it wrote rolls out with the resume, in one rollout.
         if upkeep.resume {
             if let Some(after) = self.resume_if_due(key).await {
-                // Queued behind this run: `Queue::done` keeps it.
-                let due = Instant::now() + after;
-                self.queue.push_upkeep(key.clone(), due, Upkeep::RESUME);
+                self.upkeep_again(key, after, Upkeep::RESUME);
             }
         }
         finished
+    }
+
+    /// Queues `upkeep` again after `after`, behind this run (`Queue::done` keeps it).
+    fn upkeep_again(&self, key: &WorkloadKey, after: Duration, upkeep: Upkeep) {
+        self.queue
+            .push_upkeep(key.clone(), Instant::now() + after, upkeep);
     }
 
     /// What the pending changes owe is written now, or goes back to the queue: outside the reload
@@ -672,11 +678,11 @@ impl Writer {
         }
     }
 
-    /// Writes the halt of the workload's failed rollout, or removes a halt that is over; a failure
-    /// is queued again.
-    async fn reconcile_halt(&self, key: &WorkloadKey) {
+    /// Writes the halt of the workload's failed rollout, or removes a halt that is over; after a
+    /// failure, when to try again.
+    async fn reconcile_halt(&self, key: &WorkloadKey) -> Option<Duration> {
         if !self.leadership.is_leader() {
-            return;
+            return None;
         }
         let written = match self.rollouts.halt_owed(key) {
             Some(failed) => self.halt(&failed).await,
@@ -688,12 +694,10 @@ impl Writer {
                 None => Ok(()),
             },
         };
-        if let Err(e) = written {
-            tracing::warn!(error = %e, after = ?UPKEEP_RETRY, "could not write or remove the halt; trying again");
-            self.metrics.error("halt");
-            let due = Instant::now() + UPKEEP_RETRY;
-            self.queue.push_upkeep(key.clone(), due, Upkeep::HALT);
-        }
+        let e = written.err()?;
+        tracing::warn!(error = %e, after = ?UPKEEP_RETRY, "could not write or remove the halt; trying again");
+        self.metrics.error("halt");
+        Some(UPKEEP_RETRY)
     }
 
     /// Writes the halt of a failed rollout on its workload, with a Warning Event and an alert.

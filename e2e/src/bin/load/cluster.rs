@@ -2,6 +2,7 @@
 
 use crate::measure::apiserver_cost;
 use anyhow::Result;
+use e2e::rekindle::{Options, Rekindle};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -9,6 +10,7 @@ use kube::api::PostParams;
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub fn deployment(name: &str, cm: &str, annotated: bool, paused: bool) -> Deployment {
@@ -21,6 +23,37 @@ pub fn deployment(name: &str, cm: &str, annotated: bool, paused: bool) -> Deploy
         "spec": {"replicas": 1, "paused": paused, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
             "spec": {"containers": [{"name": "app", "image": "busybox", "envFrom": [{"configMapRef": {"name": cm}}]}]}}}}))
     .expect("static deployment")
+}
+
+/// rekindle acting in `ns` with `args`, run from `binary` (`None`: this build).
+pub async fn start_rekindle(
+    client: &Client,
+    ns: &str,
+    args: &[&str],
+    binary: Option<PathBuf>,
+) -> Result<Rekindle> {
+    let options = Options {
+        args,
+        binary,
+        ..Default::default()
+    };
+    Rekindle::start(client, &[ns], options).await
+}
+
+/// Runs `make(i)` for every `i` of `n`, 16 at a time; the first error fails them all.
+pub async fn create_many<F, Fut>(n: std::ops::Range<usize>, make: F) -> Result<()>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    futures::stream::iter(n)
+        .map(make)
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    Ok(())
 }
 
 pub async fn create_pairs(client: &Client, ns: &str, n: usize, annotated: bool) -> Result<()> {
@@ -39,44 +72,39 @@ pub async fn create_pairs_with(
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let ds: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let pp = PostParams::default();
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let (cms, ds, pp) = (cms.clone(), ds.clone(), pp.clone());
-            async move {
-                let cm: ConfigMap = serde_json::from_value(
-                    json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "0"}}),
-                )?;
-                let cm = cms.create(&pp, &cm).await?;
-                let mut d = deployment(&format!("d-{i}"), &format!("cm-{i}"), annotated, paused);
-                if annotated {
-                    // Stamped as the webhook stamps at creation, whether or not rekindle runs now, so
-                    // changes made while rekindle starts are owed (absent markers are left alone).
-                    let marker = k8s_openapi::api::core::v1::EnvVar {
-                        name: rekindle::core::envname::env_var_name(
-                            &format!("cm-{i}"),
-                            rekindle::core::ResourceKind::ConfigMap,
-                        ),
-                        value: Some(rekindle::core::hash::configmap_hash_typed(&cm)),
-                        ..Default::default()
-                    };
-                    if let Some(c) = d
-                        .spec
-                        .as_mut()
-                        .and_then(|s| s.template.spec.as_mut())
-                        .and_then(|p| p.containers.first_mut())
-                    {
-                        c.env = Some(vec![marker]);
-                    }
+    create_many(0..n, |i| {
+        let (cms, ds, pp) = (cms.clone(), ds.clone(), pp.clone());
+        async move {
+            let cm: ConfigMap = serde_json::from_value(
+                json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "0"}}),
+            )?;
+            let cm = cms.create(&pp, &cm).await?;
+            let mut d = deployment(&format!("d-{i}"), &format!("cm-{i}"), annotated, paused);
+            if annotated {
+                // Stamped as the webhook stamps at creation, whether or not rekindle runs now, so
+                // changes made while rekindle starts are owed (absent markers are left alone).
+                let marker = k8s_openapi::api::core::v1::EnvVar {
+                    name: rekindle::core::envname::env_var_name(
+                        &format!("cm-{i}"),
+                        rekindle::core::ResourceKind::ConfigMap,
+                    ),
+                    value: Some(rekindle::core::hash::configmap_hash_typed(&cm)),
+                    ..Default::default()
+                };
+                if let Some(c) = d
+                    .spec
+                    .as_mut()
+                    .and_then(|s| s.template.spec.as_mut())
+                    .and_then(|p| p.containers.first_mut())
+                {
+                    c.env = Some(vec![marker]);
                 }
-                ds.create(&pp, &d).await?;
-                anyhow::Ok(())
             }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>>>()?;
+            ds.create(&pp, &d).await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
     Ok(())
 }
 

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use e2e::rekindle::{Options, Rekindle};
 use e2e::TestNamespace;
-use futures::StreamExt;
 use kube::api::{DynamicObject, PostParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
+
+use crate::cluster::create_many;
 
 use crate::args::Args;
 
@@ -33,25 +34,21 @@ fn status(i: usize, version: &str) -> Value {
 }
 
 async fn write_all(api: &Api<DynamicObject>, n: usize, version: &str, update: bool) -> Result<()> {
-    let results: Vec<Result<()>> = futures::stream::iter(0..n)
-        .map(|i| {
-            let api = api.clone();
-            let mut obj: DynamicObject = serde_json::from_value(status(i, version)).expect("valid");
-            async move {
-                if update {
-                    let name = obj.metadata.name.clone().unwrap_or_default();
-                    obj.metadata.resource_version = api.get(&name).await?.metadata.resource_version;
-                    api.replace(&name, &PostParams::default(), &obj).await?;
-                } else {
-                    api.create(&PostParams::default(), &obj).await?;
-                }
-                Ok(())
+    create_many(0..n, |i| {
+        let api = api.clone();
+        let mut obj: DynamicObject = serde_json::from_value(status(i, version)).expect("valid");
+        async move {
+            if update {
+                let name = obj.metadata.name.clone().unwrap_or_default();
+                obj.metadata.resource_version = api.get(&name).await?.metadata.resource_version;
+                api.replace(&name, &PostParams::default(), &obj).await?;
+            } else {
+                api.create(&PostParams::default(), &obj).await?;
             }
-        })
-        .buffer_unordered(16)
-        .collect()
-        .await;
-    results.into_iter().collect()
+            Ok(())
+        }
+    })
+    .await
 }
 
 /// One start: seconds to /ready, seconds until the index holds every class (the CSI watches are
@@ -89,17 +86,7 @@ pub async fn run(client: &Client, args: &Args) -> Result<Value> {
     e2e::apply_yaml(client, None, &e2e::csi::crds()?).await?;
     crate::cluster::quiesce(client, "").await?;
     let ns = TestNamespace::new(client, "bench-csi").await?;
-    let api = e2e::wait_for("the status CRD to be served", e2e::TIMEOUT, || async {
-        Ok(e2e::dynamic_api(
-            client,
-            "secrets-store.csi.x-k8s.io/v1",
-            "SecretProviderClassPodStatus",
-            Some(&ns.name),
-        )
-        .await
-        .ok())
-    })
-    .await?;
+    let api = e2e::csi::status_api(client, &ns.name).await?;
 
     eprintln!("CSI: rekindle over no status objects …");
     let (rk, ready_empty, _, rss_empty) = start(client, &ns.name, 0).await?;

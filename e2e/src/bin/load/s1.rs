@@ -1,9 +1,8 @@
 //! S1: reload latency, from a change's acceptance to the new template in a watch, next to a bare client.
 
-use crate::cluster::{create_pairs, seen, template_watch};
+use crate::cluster::{create_pairs, seen, start_rekindle, template_watch};
 use crate::measure::{summary, webhook_histogram};
 use anyhow::{Context, Result};
-use e2e::rekindle::{Options, Rekindle};
 use e2e::TestNamespace;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -22,14 +21,11 @@ pub async fn s1(
     binary: Option<PathBuf>,
 ) -> Result<Value> {
     let ns = TestNamespace::new(client, "bench-s1").await?;
-    let rk = Rekindle::start(
+    let rk = start_rekindle(
         client,
-        &[&ns.name],
-        Options {
-            args: &[&format!("--reload-debounce={debounce}")],
-            binary,
-            ..Default::default()
-        },
+        &ns.name,
+        &[&format!("--reload-debounce={debounce}")],
+        binary,
     )
     .await?;
     // Created with rekindle running, so the apiserver's view of the webhook covers S1's creates.

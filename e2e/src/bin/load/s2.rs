@@ -1,11 +1,9 @@
 //! S2: fan-out, one ConfigMap used by many Deployments.
 
-use crate::cluster::{deployment, template_watch};
+use crate::cluster::{create_many, deployment, start_rekindle, template_watch};
 use crate::measure::summary;
 use anyhow::Result;
-use e2e::rekindle::{Options, Rekindle};
 use e2e::TestNamespace;
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -27,34 +25,26 @@ pub async fn s2(
     let cm: ConfigMap =
         serde_json::from_value(json!({"metadata": {"name": "shared"}, "data": {"v": "0"}}))?;
     cms.create(&PostParams::default(), &cm).await?;
-    let rk = Rekindle::start(
+    let rk = start_rekindle(
         client,
-        &[&ns.name],
-        Options {
-            args: &[&format!("--reload-debounce={debounce}")],
-            binary,
-            ..Default::default()
-        },
+        &ns.name,
+        &[&format!("--reload-debounce={debounce}")],
+        binary,
     )
     .await?;
     let ds: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let ds = ds.clone();
-            async move {
-                ds.create(
-                    &PostParams::default(),
-                    &deployment(&format!("d-{i}"), "shared", true, false),
-                )
-                .await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>>>()?;
+    create_many(0..n, |i| {
+        let ds = ds.clone();
+        async move {
+            ds.create(
+                &PostParams::default(),
+                &deployment(&format!("d-{i}"), "shared", true, false),
+            )
+            .await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
     let mut rx = template_watch(client, &ns.name);
     tokio::time::sleep(Duration::from_secs(3)).await;
     while rx.try_recv().is_ok() {}

@@ -1,9 +1,8 @@
 //! S3: the API requests one change costs among many workloads (a needle in a haystack).
 
-use crate::cluster::{create_pairs, quiesce, seen, template_watch};
+use crate::cluster::{create_pairs, quiesce, seen, start_rekindle, template_watch};
 use crate::measure::{apiserver_cost, request_counts};
 use anyhow::{Context, Result};
-use e2e::rekindle::{Options, Rekindle};
 use e2e::TestNamespace;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
@@ -19,16 +18,7 @@ pub async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> R
     let t = Instant::now();
     create_pairs(client, &ns.name, workloads, true).await?;
     let setup_s = t.elapsed().as_secs_f64();
-    let rk = Rekindle::start(
-        client,
-        &[&ns.name],
-        Options {
-            args: &["--reload-debounce=0"],
-            binary,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let rk = start_rekindle(client, &ns.name, &["--reload-debounce=0"], binary).await?;
     let mut rx = template_watch(client, &ns.name);
     quiesce(client, &ns.name).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;

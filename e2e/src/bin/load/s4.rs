@@ -1,12 +1,11 @@
 //! S4: memory against the data watched; with several starts over the same objects, the S6 start-up.
 
 use crate::args::Sizes;
-use crate::cluster::{create_pairs_with, quiesce, seen, settle, template_watch};
+use crate::cluster::{create_many, create_pairs_with, quiesce, seen, settle, template_watch};
 use crate::measure::{apiserver_cost, median};
 use anyhow::Result;
 use e2e::rekindle::{Options, Rekindle};
 use e2e::TestNamespace;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -43,20 +42,17 @@ pub async fn s4_with(
     let ns = TestNamespace::new(client, "bench-s4").await?;
     let secret_api: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
     let payload = "s".repeat(8 * 1024);
-    futures::stream::iter(0..secrets)
-        .map(|i| {
-            let (api, payload) = (secret_api.clone(), payload.clone());
-            async move {
-                let s: Secret = serde_json::from_value(json!({"metadata": {"name": format!("s-{i}")}, "stringData": {"blob": payload}}))?;
-                api.create(&PostParams::default(), &s).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>>>()?;
+    create_many(0..secrets, |i| {
+        let (api, payload) = (secret_api.clone(), payload.clone());
+        async move {
+            let s: Secret = serde_json::from_value(
+                json!({"metadata": {"name": format!("s-{i}")}, "stringData": {"blob": payload}}),
+            )?;
+            api.create(&PostParams::default(), &s).await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
     // Paused: start-up is timed against a quiet control plane, not one creating a ReplicaSet and a
     // Pod for each of thousands of Deployments (that took over half an hour here).
     create_pairs_with(client, &ns.name, workloads, true, true).await?;

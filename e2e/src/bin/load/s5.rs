@@ -2,9 +2,10 @@
 
 use crate::admission;
 use crate::args::Args;
+use crate::cluster::start_rekindle;
 use crate::measure::{handler_histogram, median, summary};
 use anyhow::Result;
-use e2e::rekindle::{Options, Rekindle};
+use e2e::rekindle::Rekindle;
 use e2e::TestNamespace;
 use kube::Client;
 use serde_json::{json, Value};
@@ -15,15 +16,7 @@ use std::path::PathBuf;
 /// another, as when the apiserver runs on a different node.
 pub async fn s5(client: &Client, seconds: u64, binary: Option<PathBuf>) -> Result<Value> {
     let ns = TestNamespace::new(client, "bench-s5").await?;
-    let rk = Rekindle::start(
-        client,
-        &[&ns.name],
-        Options {
-            binary,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let rk = start_rekindle(client, &ns.name, &[], binary).await?;
     let https = admission::client(&e2e::state_dir().join("pki/ca.crt"))?;
     let url: hyper::Uri = format!("https://127.0.0.1:{}/mutate", rk.webhook_port).parse()?;
     let body = admission::review(&ns.name);

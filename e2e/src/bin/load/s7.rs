@@ -1,8 +1,7 @@
 //! S7: a storm of changes that reload nothing.
 
-use crate::cluster::create_pairs;
+use crate::cluster::{create_pairs, start_rekindle};
 use anyhow::Result;
-use e2e::rekindle::{Options, Rekindle};
 use e2e::TestNamespace;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
@@ -15,15 +14,7 @@ use std::time::{Duration, Instant};
 pub async fn s7(client: &Client, seconds: u64, binary: Option<PathBuf>) -> Result<Value> {
     let ns = TestNamespace::new(client, "bench-s7").await?;
     create_pairs(client, &ns.name, 10, true).await?;
-    let rk = Rekindle::start(
-        client,
-        &[&ns.name],
-        Options {
-            binary,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let rk = start_rekindle(client, &ns.name, &[], binary).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let reloads_before = rk.reloads(true).await?;
     let idle_start = rk.cpu_seconds().unwrap_or(0.0);

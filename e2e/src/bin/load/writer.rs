@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use e2e::rekindle::{Options, Rekindle};
 use e2e::TestNamespace;
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -17,7 +16,7 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use crate::args::Sizes;
-use crate::cluster::{create_pairs, quiesce, seen, template_watch};
+use crate::cluster::{create_many, create_pairs, quiesce, seen, template_watch};
 use crate::measure::{f, percentile, request_counts, summary};
 
 /// Who applies the change: rekindle (with its debounce flag, None = default) or the bench itself.
@@ -302,20 +301,6 @@ async fn rss_at(rk: &Rekindle, gauge: &str, want: usize) -> Result<u64> {
     wait_for_metric(rk, gauge, want as f64).await?;
     tokio::time::sleep(Duration::from_secs(62)).await;
     rk.rss_bytes().context("no RSS")
-}
-
-async fn create_many<F>(n: std::ops::Range<usize>, make: F) -> Result<()>
-where
-    F: Fn(usize) -> futures::future::BoxFuture<'static, Result<()>>,
-{
-    futures::stream::iter(n)
-        .map(make)
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>>>()?;
-    Ok(())
 }
 
 /// S9: index memory. ConfigMaps 0 → `step` → 2·`step` with no workloads, then Deployments
