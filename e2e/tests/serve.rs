@@ -327,6 +327,9 @@ async fn annotations_strategy_records_config_hashes() -> Result<()> {
     )
     .await?;
     apply_yaml(&client, Some(&ns.name), &auto_web()).await?;
+    // The first ReplicaSet before the change: a template changed before the Deployment controller
+    // saw the first one gets a single ReplicaSet, and the count below would never reach two.
+    expect_replica_sets(&client, &ns.name, "web", 1).await?;
     let hashes = |d: &Value| {
         d.pointer("/spec/template/metadata/annotations/rekindle.io~1config-hashes")
             .and_then(Value::as_str)
