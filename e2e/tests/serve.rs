@@ -707,8 +707,8 @@ async fn ready_is_503_until_the_watches_sync() -> Result<()> {
 
 /// Another client relabels the Deployment in a tight loop (as a GitOps controller, an HPA or a status
 /// writer keeps a busy workload's resourceVersion moving): every ConfigMap change is still reloaded, an
-/// attempt that lost to the other writer is read and retried, and none of the other writer's changes
-/// is lost.
+/// attempt that lost to the other writer is read and retried (a reload that lost every attempt goes
+/// back to the queue and lands from there), and none of the other writer's changes is lost.
 #[tokio::test]
 async fn a_busy_workload_is_reloaded_while_another_client_writes_it() -> Result<()> {
     let (client, ns) = setup("e2e-busy").await?;
@@ -787,14 +787,19 @@ async fn a_busy_workload_is_reloaded_while_another_client_writes_it() -> Result<
         conflicts,
         "every failed attempt was a conflict"
     );
-    assert_eq!(rk.reloads(false).await?, 0.0, "no reload failed");
+    // A reload whose every attempt lost (the other writer never pauses) goes back to the queue and
+    // lands from there (counted above): it is counted once as failed, and its last conflict is not
+    // read again in that round (the next round plans from the index first).
+    let gave_up = rk.reloads(false).await?;
     assert_eq!(
         rk.metric("rekindle_workload_reads_total{reason=\"retry\"}")
             .await?,
-        conflicts,
-        "one read per conflict"
+        conflicts - gave_up,
+        "one read per conflict that was tried again in the same round"
     );
-    println!("{conflicts} conflicts over 3 reloads of a workload relabelled in a tight loop");
+    println!(
+        "{conflicts} conflicts over 3 reloads of a workload relabelled in a tight loop; {gave_up} went back to the queue"
+    );
     for reason in ["not_indexed", "kind"] {
         assert_eq!(
             rk.metric(&format!(
