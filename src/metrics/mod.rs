@@ -190,7 +190,15 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// The metrics, registered in `registry` (with the process collector and build information).
     pub fn new(registry: &mut Registry, count_by_namespace: bool) -> Self {
+        let m = Self::unregistered(count_by_namespace);
+        m.register(registry);
+        m
+    }
+
+    /// Every series at its start, with its buckets.
+    fn unregistered(count_by_namespace: bool) -> Self {
         let latency_buckets = || Histogram::new(exponential_buckets(0.001, 2.0, 16));
         // Reloader's own buckets, so its dashboards' histogram_quantile reads the same.
         let action_buckets =
@@ -253,6 +261,12 @@ impl Metrics {
                 .reload_executed
                 .get_or_create(&SuccessLabels { success: s.into() });
         }
+        m
+    }
+
+    /// Each series under its name and help text.
+    fn register(&self, registry: &mut Registry) {
+        let m = self;
         // prometheus-client appends `_total` to counters itself.
         register! { registry,
             "reloader_reload_executed", "Reloads executed, by success" => m.reload_executed;
@@ -287,7 +301,7 @@ impl Metrics {
             "rest_client_requests", "Requests to the apiserver, by status code, host and method" => m.rest_requests;
             "rest_client_request_duration_seconds", "Request latency to response headers, by host and verb" => m.rest_duration;
         }
-        if count_by_namespace {
+        if m.count_by_namespace {
             // A counter; `exposition` keeps Reloader's exact name (no second `_total`).
             registry.register(
                 exposition::BY_NAMESPACE,
@@ -304,7 +318,6 @@ impl Metrics {
                 ("commit", env!("REKINDLE_GIT_COMMIT")),
             ]),
         );
-        m
     }
 
     pub fn reload_done(&self, namespace: &str, kind: &str, ok: bool, seconds: f64) {

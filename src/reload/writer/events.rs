@@ -1,0 +1,100 @@
+//! The Events the writer posts: a reload done, an invalid annotation (once per value), and any other.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event as KubeEvent, EventType};
+
+use super::{Writer, WARNED_PRUNE_AT};
+use crate::core::plan::Action;
+use crate::core::refs::ResourceRef;
+use crate::index::WorkloadKey;
+use crate::outbound::alert::reload_message;
+
+impl Writer {
+    /// One `Reloaded` Event (Reloader's message) and alert per resource that caused the reload.
+    pub(super) async fn announce(
+        &self,
+        key: &WorkloadKey,
+        uid: Option<&str>,
+        reasons: &[ResourceRef],
+        action: Action,
+    ) {
+        for r in reasons {
+            let note = format!(
+                "Changes detected in '{}' of type '{}' in namespace '{}', Updated '{}' of type '{}' in namespace '{}'",
+                r.name,
+                r.kind.env_suffix(),
+                key.namespace,
+                key.name,
+                key.kind,
+                key.namespace
+            );
+            tracing::info!(resource = %r.name, kind = %r.kind, action = ?action, "reloaded");
+            self.publish(key, uid, EventType::Normal, "Reloaded", note)
+                .await;
+            if let Some(alerter) = &self.alerter {
+                alerter.alert(reload_message(
+                    &r.name,
+                    r.kind.env_suffix(),
+                    &key.namespace,
+                    &key.name,
+                    key.kind.name(),
+                ));
+            }
+        }
+    }
+
+    /// One Warning Event `InvalidAnnotation` per workload and annotation value.
+    pub(super) async fn warn_invalid(
+        &self,
+        key: &WorkloadKey,
+        uid: Option<&str>,
+        annotation: &str,
+        value: &str,
+        note: String,
+    ) {
+        let first = {
+            let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+            // Bounded: past a thousand entries, forget those of workloads that are gone.
+            if warned.len() >= WARNED_PRUNE_AT {
+                warned.retain(|(w, _)| self.index.workload(w).is_some());
+            }
+            warned.insert((key.clone(), format!("{annotation}={value}")))
+        };
+        if !first {
+            return;
+        }
+        self.metrics.invalid_annotations.inc();
+        tracing::warn!(workload = %key, %annotation, %value, "invalid annotation");
+        self.publish(key, uid, EventType::Warning, "InvalidAnnotation", note)
+            .await;
+    }
+
+    pub(super) async fn publish(
+        &self,
+        key: &WorkloadKey,
+        uid: Option<&str>,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let reference = ObjectReference {
+            api_version: Some(key.kind.api_version().to_string()),
+            kind: Some(key.kind.name().to_string()),
+            name: Some(key.name.clone()),
+            namespace: Some(key.namespace.clone()),
+            uid: uid.map(String::from),
+            ..Default::default()
+        };
+        let event = KubeEvent {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reload".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            self.metrics.error("event");
+            tracing::debug!(error = %e, "could not record an Event");
+        }
+    }
+}

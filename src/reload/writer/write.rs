@@ -1,0 +1,298 @@
+//! One attempt at a workload's reload: what to plan from (the index's skeleton or the object), the
+//! plan of every pending change, and the guarded write.
+
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::Api;
+use serde_json::Value;
+
+use super::{Outcome, Planned, Writer, FIELD_MANAGER, PATCH_TIMEOUT};
+use crate::core::patch::{self, MarkerChange};
+use crate::core::pause::{pause_ops, PauseDecision};
+use crate::core::plan::{self, Action, Change, Event};
+use crate::core::policy::ResourceFlags;
+use crate::core::release::HaltedChange;
+use crate::core::skeleton;
+use crate::core::WorkloadKind;
+use crate::index::{ResourceKey, WorkloadEntry, WorkloadKey};
+use crate::metrics::ReasonLabels;
+use crate::reload::error::WriteError;
+use crate::reload::queue::Pending;
+
+impl Writer {
+    pub(super) async fn attempt(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &WorkloadKey,
+        pending: &Pending,
+        from_index: bool,
+    ) -> Result<Outcome, WriteError> {
+        let Some((value, rv)) = self.view(api, key, from_index).await? else {
+            return Ok(Outcome::Gone);
+        };
+        let uid = value
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .map(String::from);
+        let planned = self
+            .plan_pending(key, uid.as_deref(), &value, pending)
+            .await?;
+        if planned.changes.is_empty() {
+            return Ok(Outcome::NothingToDo);
+        }
+        let (changes, action) = (&planned.changes, planned.action);
+        // Checked right before the write: leadership ends at the renew deadline, without waiting for the
+        // election to run (a write already sent is the only one that may land after it).
+        if !self.leadership.is_leader() {
+            return Ok(Outcome::NotLeader);
+        }
+        let written = match action {
+            Action::Patch | Action::Restart => {
+                self.patch(api, key, &value, rv, changes, action == Action::Restart)
+                    .await
+            }
+            Action::CreateJob => self
+                .create_job(api, key, &value, &planned.working, rv, changes)
+                .await
+                .map(|()| Value::Null),
+            Action::RecreateJob => self
+                .recreate_job(api, key, &planned.working)
+                .await
+                .map(|()| Value::Null),
+            Action::None => return Ok(Outcome::NothingToDo),
+        };
+        match written {
+            Ok(written) => {
+                let canary = self.index.release_of(key).is_some_and(|r| r.canary);
+                self.rollouts
+                    .written(key, &written, planned.halted_changes, canary);
+                self.announce(key, uid.as_deref(), &planned.reasons, action)
+                    .await;
+                Ok(Outcome::Reloaded)
+            }
+            Err(WriteError::Gone) => Ok(Outcome::Gone),
+            Err(WriteError::NotLeader) => Ok(Outcome::NotLeader),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// What to plan from, and the resourceVersion that guards the write: the index's skeleton, or the
+    /// object read from the API; `None` when the object is gone.
+    pub(super) async fn view(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &WorkloadKey,
+        from_index: bool,
+    ) -> Result<Option<(Value, String)>, WriteError> {
+        let reason = match self.planning_view(key, from_index) {
+            Ok((skeleton, rv)) => return Ok(Some((skeleton, rv.to_string()))),
+            Err(reason) => reason,
+        };
+        self.metrics
+            .workload_reads
+            .get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            })
+            .inc();
+        let Some(obj) = api
+            .get_opt(&key.name)
+            .await
+            .map_err(|e| WriteError::from_kube("GET", e))?
+        else {
+            return Ok(None);
+        };
+        let rv = obj
+            .metadata
+            .resource_version
+            .clone()
+            .ok_or_else(|| WriteError::Invalid("object has no resourceVersion".into()))?;
+        let value = serde_json::to_value(&obj)
+            .map_err(|_| WriteError::Invalid("object does not serialise".into()))?;
+        Ok(Some((value, rv)))
+    }
+
+    /// Plans every pending change of the workload in turn, each on the result of the ones before.
+    pub(super) async fn plan_pending(
+        &self,
+        key: &WorkloadKey,
+        uid: Option<&str>,
+        value: &Value,
+        pending: &Pending,
+    ) -> Result<Planned, WriteError> {
+        let now = jiff::Timestamp::now().as_second();
+        let mut planned = Planned {
+            working: value.clone(),
+            changes: Vec::new(),
+            reasons: Vec::new(),
+            halted_changes: Vec::new(),
+            action: Action::None,
+        };
+        for r in pending.causes.keys() {
+            let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
+            // What is owed is the resource as it is now: its current hash, or its deletion (which
+            // only `--reload-on-delete` acts on). A resource deleted and created again since it was
+            // queued is an update to the new content.
+            let (hash, flags, event) = match self.index.resource(&rk) {
+                Some(e) => (e.hash, e.flags, Event::Update),
+                None => (Box::default(), ResourceFlags::default(), Event::Delete),
+            };
+            let change = Change {
+                kind: r.kind,
+                name: &r.name,
+                namespace: &key.namespace,
+                hash: &hash,
+                flags,
+                event,
+            };
+            let p = plan::plan(&self.plan, &planned.working, key.kind, &change, now);
+            for invalid in &p.decision.invalid_patterns {
+                let note = format!(
+                    "Invalid pattern {:?} in annotation {} skipped: {}",
+                    invalid.pattern, invalid.annotation, invalid.error
+                );
+                self.warn_invalid(key, uid, &invalid.annotation, &invalid.pattern, note)
+                    .await;
+            }
+            if p.changes.is_empty() {
+                continue;
+            }
+            planned.working = patch::apply(&planned.working, key.kind, &p.changes)
+                .map_err(|e| WriteError::Render(e.to_string()))?;
+            planned.action = p.action;
+            planned.changes.extend(p.changes);
+            planned.reasons.push(r.clone());
+            planned.halted_changes.push(HaltedChange {
+                kind: r.kind,
+                name: r.name.clone(),
+                hash: hash.to_string(),
+            });
+        }
+        Ok(planned)
+    }
+
+    /// The skeleton to plan from and its resourceVersion, or why the object must be read instead (the
+    /// metric's reason).
+    pub(super) fn planning_view(
+        &self,
+        key: &WorkloadKey,
+        from_index: bool,
+    ) -> Result<(Value, u64), &'static str> {
+        if !from_index {
+            return Err("retry");
+        }
+        let (skeleton, rv) = self.index.skeleton(key).ok_or("not_indexed")?;
+        // Only a record with no resourceVersion to guard the write with (never seen stored).
+        let rv = rv.ok_or("not_indexed")?;
+        if skeleton::needs_live_object(&self.plan, &skeleton, key.kind) {
+            return Err("kind");
+        }
+        Ok((skeleton, rv))
+    }
+
+    /// A strategic-merge patch for built-in kinds; otherwise (CRDs, a Deployment being paused, a Rollout
+    /// restart, which also sets `spec.restartAt`) a JSON patch. Both are guarded by the resourceVersion
+    /// the plan was made from.
+    pub(super) async fn patch(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &WorkloadKey,
+        value: &Value,
+        rv: String,
+        changes: &[MarkerChange],
+        restart: bool,
+    ) -> Result<Value, WriteError> {
+        let pause = if key.kind == WorkloadKind::Deployment {
+            let annotations_exist = value
+                .pointer("/metadata/annotations")
+                .is_some_and(Value::is_object);
+            pause_ops(
+                &self.plan.policy.keys,
+                value,
+                annotations_exist,
+                jiff::Timestamp::now(),
+            )
+        } else {
+            PauseDecision::None
+        };
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let strategic =
+            key.kind.strategic_merge() && !restart && !matches!(pause, PauseDecision::Pause(_));
+        if let PauseDecision::Invalid(why) = &pause {
+            let note = format!(
+                "Invalid {}: {why}; reloading without pause",
+                self.plan.policy.keys.pause_period
+            );
+            self.metrics.invalid_annotations.inc();
+            self.publish(
+                key,
+                value.pointer("/metadata/uid").and_then(Value::as_str),
+                EventType::Warning,
+                "InvalidAnnotation",
+                note,
+            )
+            .await;
+        }
+        if strategic {
+            let body = patch::render_strategic(value, key.kind, changes, &rv)
+                .map_err(|e| WriteError::Render(e.to_string()))?;
+            let written = Self::send(api, &key.name, &params, &Patch::Strategic(body)).await?;
+            return Ok(self.record_written(key, &written));
+        }
+        let mut ops = patch::render(value, key.kind, changes)
+            .map_err(|e| WriteError::Render(e.to_string()))?;
+        ops.insert(0, patch::test_resource_version(&rv));
+        if let PauseDecision::Pause(more) = pause {
+            ops.extend(more);
+        }
+        if restart {
+            ops.push(patch::restart_at(jiff::Timestamp::now()));
+        }
+        let written = Self::send(
+            api,
+            &key.name,
+            &params,
+            &Patch::Json::<()>(json_patch::Patch(ops)),
+        )
+        .await?;
+        Ok(self.record_written(key, &written))
+    }
+
+    /// Keeps the index's record as written, so a reload right after this one plans from it; the
+    /// object as written (`Null` if it does not serialise).
+    pub(super) fn record_written(&self, key: &WorkloadKey, written: &DynamicObject) -> Value {
+        let Ok(value) = serde_json::to_value(written) else {
+            return Value::Null;
+        };
+        self.index.record_written(
+            key,
+            WorkloadEntry::from_stored(&self.plan, &value, key.kind),
+        );
+        value
+    }
+
+    pub(super) async fn send<P: serde::Serialize + std::fmt::Debug>(
+        api: &Api<DynamicObject>,
+        name: &str,
+        params: &PatchParams,
+        patch: &Patch<P>,
+    ) -> Result<DynamicObject, WriteError> {
+        match tokio::time::timeout(PATCH_TIMEOUT, api.patch(name, params, patch)).await {
+            Ok(Ok(written)) => Ok(written),
+            Ok(Err(e)) => Err(WriteError::from_kube("PATCH", e)),
+            Err(_) => Err(WriteError::Transient("PATCH timed out".into())),
+        }
+    }
+
+    /// Between the writes of one reload: leadership ends at the renew deadline, and a replica that
+    /// was frozen or cut off in the middle must not carry on as if it still led.
+    pub(super) fn still_leading(&self) -> Result<(), WriteError> {
+        if self.leadership.is_leader() {
+            Ok(())
+        } else {
+            Err(WriteError::NotLeader)
+        }
+    }
+}
