@@ -1,11 +1,11 @@
 //! Micro-benchmarks of the core: the hash next to plain SHA-1 over the same bytes (the physical limit),
-//! reference extraction and the decision.
+//! reference extraction and the decision (from the object, and from the index's skeleton text).
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rekindle::core::hash::{configmap_hash, sha1_hex};
 use rekindle::core::plan::{plan, Change, Event, PlanConfig};
 use rekindle::core::policy::ResourceFlags;
-use rekindle::core::{refs, ResourceKind, WorkloadKind};
+use rekindle::core::{refs, skeleton, ResourceKind, WorkloadKind};
 use serde_json::{json, Value};
 
 fn hash(c: &mut Criterion) {
@@ -89,6 +89,15 @@ fn extraction_and_decision(c: &mut Criterion) {
         };
         c.bench_function(&format!("plan/decide/{n}-containers"), |b| {
             b.iter(|| plan(&cfg, black_box(&obj), WorkloadKind::Deployment, &change, 0))
+        });
+        // The index keeps each workload's skeleton as compact JSON text and parses it to plan: what
+        // that parse adds to the decision above.
+        let text = skeleton::skeleton(&cfg.policy.keys, &obj, WorkloadKind::Deployment).to_string();
+        c.bench_function(&format!("plan/from-skeleton-text/{n}-containers"), |b| {
+            b.iter(|| {
+                let parsed: Value = serde_json::from_str(black_box(&text)).expect("skeleton");
+                plan(&cfg, &parsed, WorkloadKind::Deployment, &change, 0)
+            })
         });
     }
 }

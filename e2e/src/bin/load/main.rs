@@ -14,8 +14,8 @@
 //!
 //! Sizes and output: `load --help` (`args.rs`); each flag is also read from its `REKINDLE_BENCH_*`
 //! variable, which is how `just bench` passes them. One module per scenario (`s1.rs` … `s7.rs`,
-//! `writer.rs` for S8 and S9, `csi.rs`); `cluster.rs` and `measure.rs` hold what they share, and
-//! `report.rs` the main report.
+//! `writer.rs` for S8 and S9, `csi.rs`); `cluster.rs` and `measure.rs` hold what they share,
+//! `results.rs` the types of what they measure, and `report.rs` the main report.
 
 mod admission;
 mod args;
@@ -24,6 +24,7 @@ mod csi;
 mod measure;
 mod plots;
 mod report;
+mod results;
 mod s1;
 mod s2;
 mod s3;
@@ -40,8 +41,8 @@ use args::{Args, Part, Sizes};
 use clap::Parser;
 use e2e::admin_client;
 use kube::Client;
-use measure::{f, samples};
 use report::markdown;
+use results::{Comparable, Report, S1Latency, S2Fanout, S6Full, Vs, WriterReport};
 use s1::{s1, s1_baseline};
 use s2::s2;
 use s3::s3;
@@ -49,10 +50,9 @@ use s4::{s4, s4_with};
 use s5::{s5, s5_only};
 use s6::s6_only;
 use s7::s7;
-use serde_json::{json, Value};
 
 /// The scenarios run for each binary compared: S1 (both debounces), S2, S3, S5, S7.
-async fn comparable(client: &Client, sizes: &Sizes, binary: Option<PathBuf>) -> Result<Value> {
+async fn comparable(client: &Client, sizes: &Sizes, binary: Option<PathBuf>) -> Result<Comparable> {
     let who = binary
         .as_ref()
         .map(|b| b.display().to_string())
@@ -90,13 +90,20 @@ async fn comparable(client: &Client, sizes: &Sizes, binary: Option<PathBuf>) -> 
     let s5 = s5(client, sizes.s5_seconds, binary.clone()).await?;
     eprintln!("[{who}] S7 no-op storm …");
     let s7 = s7(client, sizes.s7_seconds, binary).await?;
-    Ok(json!({
-        "s1_latency": {"debounce_0": s1_zero, "debounce_250ms": s1_default},
-        "s2_fanout": {"debounce_0": s2_zero, "debounce_250ms": s2_default},
-        "s3_needle": s3,
-        "s5_admission": s5,
-        "s7_noop_storm": s7,
-    }))
+    Ok(Comparable {
+        s1_latency: S1Latency {
+            debounce_0: s1_zero,
+            debounce_250ms: s1_default,
+            bare_client_baseline: None,
+        },
+        s2_fanout: S2Fanout {
+            debounce_0: s2_zero,
+            debounce_250ms: s2_default,
+        },
+        s3_needle: s3,
+        s5_admission: s5,
+        s7_noop_storm: s7,
+    })
 }
 
 #[tokio::main]
@@ -118,7 +125,7 @@ async fn main() -> Result<()> {
         None => {}
     }
     let (sizes, vs) = (&args.sizes, &args.vs);
-    let main_run = comparable(&client, sizes, None).await?;
+    let mut main = comparable(&client, sizes, None).await?;
     eprintln!("S1 baseline (bare client) …");
     let base = s1_baseline(&client, sizes.s1_pairs, sizes.s1_updates).await?;
     let mut s4_runs = Vec::new();
@@ -138,9 +145,13 @@ async fn main() -> Result<()> {
         );
         // The largest run: a failure here is reported, not allowed to lose the rest of the report.
         Some(
-            s4_with(&client, secrets, s6_workloads, s6_workloads, &[], sizes)
-                .await
-                .unwrap_or_else(|e| json!({"error": format!("{e:#}"), "workloads": s6_workloads})),
+            match s4_with(&client, secrets, s6_workloads, s6_workloads, &[], sizes).await {
+                Ok(r) => S6Full::Done(Box::new(r)),
+                Err(e) => S6Full::Failed {
+                    error: format!("{e:#}"),
+                    workloads: s6_workloads,
+                },
+            },
         )
     } else {
         None
@@ -149,89 +160,95 @@ async fn main() -> Result<()> {
     let s8 = writer::s8(&client, sizes).await?;
     eprintln!("S9 index memory …");
     let s9 = writer::s9(&client, sizes.s9_step).await?;
-    let vs_run = match vs {
-        Some(b) => Some(comparable(&client, sizes, Some(b.clone())).await?),
+    let vs = match vs {
+        Some(b) => Some(Vs {
+            binary: b.display().to_string(),
+            results: comparable(&client, sizes, Some(b.clone())).await?,
+        }),
         None => None,
     };
-    let version = client.apiserver_version().await?.git_version;
-    let mut report = main_run.clone();
-    report["kubernetes"] = json!(version);
-    report["machine"] = json!(format!(
-        "{} cores",
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0)
-    ));
-    report["s1_latency"]["bare_client_baseline"] = base;
-    report["s4_memory_s6_startup"] = json!(s4_runs);
-    report["s6_startup_full"] = json!(s6_full);
-    report["s8_writer"] = s8;
-    report["s9_index_memory"] = s9;
-    if let (Some(b), Some(r)) = (vs, &vs_run) {
-        report["vs"] = json!({"binary": b.display().to_string(), "results": r});
-    }
+    main.s1_latency.bare_client_baseline = Some(base);
+    let report = Report {
+        kubernetes: client.apiserver_version().await?.git_version,
+        machine: format!(
+            "{} cores",
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(0)
+        ),
+        main,
+        s4_memory_s6_startup: s4_runs,
+        s6_startup_full: s6_full,
+        s8_writer: s8,
+        s9_index_memory: s9,
+        vs,
+    };
     let dir = args.results_dir()?;
     std::fs::write(
         dir.join("report.json"),
         serde_json::to_string_pretty(&report)?,
     )?;
+    plots(&dir, &report, sizes)?;
+    let mut md = markdown(&report, sizes);
+    md += &writer::markdown(Some(&report.s8_writer), Some(&report.s9_index_memory), &[]);
+    std::fs::write(dir.join("report.md"), &md)?;
+    println!("{md}");
+    Ok(())
+}
 
-    // Plots.
+/// The main report's plots: S1's and S5's latency CDFs, S4's memory against data.
+fn plots(dir: &std::path::Path, report: &Report, sizes: &Sizes) -> Result<()> {
+    let s1 = &report.main.s1_latency;
+    let mut s1_runs = vec![
+        (
+            "rekindle, debounce 0",
+            s1.debounce_0.latency.samples_ms.clone(),
+        ),
+        (
+            "rekindle, debounce 250ms",
+            s1.debounce_250ms.latency.samples_ms.clone(),
+        ),
+    ];
+    if let Some(base) = &s1.bare_client_baseline {
+        s1_runs.push(("bare client PATCH (limit)", base.samples_ms.clone()));
+    }
     plots::latency_cdf(
         &dir.join("s1_latency.png"),
         &format!(
             "S1: change accepted → new template in a watch ({} updates)",
             sizes.s1_updates
         ),
-        &[
-            (
-                "rekindle, debounce 0",
-                samples(&report["s1_latency"]["debounce_0"]),
-            ),
-            (
-                "rekindle, debounce 250ms",
-                samples(&report["s1_latency"]["debounce_250ms"]),
-            ),
-            (
-                "bare client PATCH (limit)",
-                samples(&report["s1_latency"]["bare_client_baseline"]),
-            ),
-        ],
+        &s1_runs,
     )?;
+    let s5 = &report.main.s5_admission;
+    let mut s5_runs = vec![(
+        "shared cores",
+        s5.shared.at_1000_rps.latency.samples_ms.clone(),
+    )];
+    if let Some(pinned) = &s5.pinned {
+        s5_runs.push((
+            "pinned: server core 1, client core 0",
+            pinned.at_1000_rps.latency.samples_ms.clone(),
+        ));
+    }
     plots::latency_cdf(
         &dir.join("s5_admission.png"),
         "S5: webhook latency at 1000 AdmissionReviews/s",
-        &[
-            (
-                "shared cores",
-                samples(&report["s5_admission"]["at_1000_rps"]),
-            ),
-            (
-                "pinned: server core 1, client core 0",
-                samples(&report["s5_admission"]["pinned"]["at_1000_rps"]),
-            ),
-        ],
+        &s5_runs,
     )?;
-    let mib = |v: &Value| f(v) / 1048576.0;
-    let memory: Vec<(f64, f64, f64)> = report["s4_memory_s6_startup"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let memory: Vec<(f64, f64, f64)> = report
+        .s4_memory_s6_startup
+        .iter()
         .map(|r| {
             (
-                mib(&r["data_bytes"]),
-                mib(&r["rss_after_sync_bytes"]),
-                mib(&r["rss_after_changes_bytes"]),
+                mib(r.data_bytes as u64),
+                mib(r.rss_after_sync_bytes),
+                mib(r.rss_after_changes_bytes),
             )
         })
         .collect();
-    plots::memory(&dir.join("s4_memory.png"), &memory)?;
-
-    let mut md = markdown(&report, sizes);
-    md += &writer::markdown(&report["s8_writer"], &report["s9_index_memory"], &[]);
-    std::fs::write(dir.join("report.md"), &md)?;
-    println!("{md}");
-    Ok(())
+    plots::memory(&dir.join("s4_memory.png"), &memory)
 }
 
 /// `--only writer`: S3 at two sizes, S8 and S9; bench/results/writer.{json,md}. `--only s8` or
@@ -240,7 +257,7 @@ async fn writer_only(client: &Client, args: &Args, part: Part) -> Result<()> {
     let name = part.name();
     let all = part == Part::Writer;
     let mut s3_runs = Vec::new();
-    let mut s8 = Value::Null;
+    let mut s8 = None;
     if all {
         for n in [1000, 5000] {
             eprintln!("S3 ({n} Deployments) …");
@@ -249,15 +266,20 @@ async fn writer_only(client: &Client, args: &Args, part: Part) -> Result<()> {
     }
     if all || part == Part::S8 {
         eprintln!("S8 the writer …");
-        s8 = writer::s8(client, &args.sizes).await?;
+        s8 = Some(writer::s8(client, &args.sizes).await?);
     }
-    let mut s9 = Value::Null;
+    let mut s9 = None;
     if all || part == Part::S9 {
         eprintln!("S9 index memory …");
-        s9 = writer::s9(client, args.sizes.s9_step).await?;
+        s9 = Some(writer::s9(client, args.sizes.s9_step).await?);
     }
     let version = client.apiserver_version().await?.git_version;
-    let report = json!({"kubernetes": version, "s3_needle": s3_runs, "s8_writer": s8, "s9_index_memory": s9});
+    let report = WriterReport {
+        kubernetes: version.clone(),
+        s3_needle: s3_runs,
+        s8_writer: s8,
+        s9_index_memory: s9,
+    };
     let dir = args.results_dir()?;
     std::fs::write(
         dir.join(format!("{name}.json")),
@@ -268,7 +290,11 @@ async fn writer_only(client: &Client, args: &Args, part: Part) -> Result<()> {
 
 Kubernetes {version}, a shared 2-core machine: read medians and ratios. `just bench-load --only writer`.
 {}",
-        writer::markdown(&report["s8_writer"], &report["s9_index_memory"], &s3_runs)
+        writer::markdown(
+            report.s8_writer.as_ref(),
+            report.s9_index_memory.as_ref(),
+            &report.s3_needle
+        )
     );
     std::fs::write(dir.join(format!("{name}.md")), &md)?;
     println!("{md}");

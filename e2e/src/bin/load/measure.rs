@@ -3,8 +3,9 @@
 use anyhow::Result;
 use e2e::rekindle::Rekindle;
 use kube::Client;
-use serde_json::{json, Value};
 use std::collections::BTreeMap;
+
+use crate::results::{Buckets, Latency};
 
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -20,21 +21,15 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
     (!v.is_empty()).then(|| percentile(&v, 50.0))
 }
 
-pub fn summary(mut ms: Vec<f64>) -> Value {
+pub fn summary(mut ms: Vec<f64>) -> Latency {
     ms.sort_by(|a, b| a.total_cmp(b));
-    json!({"n": ms.len(), "p50_ms": percentile(&ms, 50.0), "p95_ms": percentile(&ms, 95.0), "p99_ms": percentile(&ms, 99.0),
-        "samples_ms": ms})
-}
-
-pub fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or(f64::NAN)
-}
-
-pub fn samples(v: &Value) -> Vec<f64> {
-    v["samples_ms"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_f64).collect())
-        .unwrap_or_default()
+    Latency {
+        n: ms.len(),
+        p50_ms: percentile(&ms, 50.0),
+        p95_ms: percentile(&ms, 95.0),
+        p99_ms: percentile(&ms, 99.0),
+        samples_ms: ms,
+    }
 }
 
 /// The apiserver's own `apiserver_admission_webhook_admission_duration_seconds` for rekindle's webhook.
@@ -56,7 +51,7 @@ impl Histogram {
     }
 
     /// Mean, and the upper bound of the bucket holding p50 and p99.
-    pub fn summary(&self) -> Value {
+    pub fn summary(&self) -> Buckets {
         let mut bounds: Vec<(f64, f64)> = self
             .buckets
             .iter()
@@ -79,8 +74,16 @@ impl Histogram {
                 .map(|(le, _)| le * 1000.0)
                 .unwrap_or(f64::NAN)
         };
-        json!({"requests": self.count, "mean_ms": if self.count > 0.0 { self.sum / self.count * 1000.0 } else { f64::NAN },
-            "p50_bucket_le_ms": quantile(0.5), "p99_bucket_le_ms": quantile(0.99)})
+        Buckets {
+            requests: self.count,
+            mean_ms: if self.count > 0.0 {
+                self.sum / self.count * 1000.0
+            } else {
+                f64::NAN
+            },
+            p50_bucket_le_ms: quantile(0.5),
+            p99_bucket_le_ms: quantile(0.99),
+        }
     }
 }
 

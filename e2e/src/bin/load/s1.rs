@@ -2,13 +2,14 @@
 
 use crate::cluster::{create_pairs, seen, start_rekindle, template_watch};
 use crate::measure::{summary, webhook_histogram};
+use crate::results::{Latency, S1};
 use anyhow::{Context, Result};
 use e2e::TestNamespace;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,7 @@ pub async fn s1(
     pairs: usize,
     updates: usize,
     binary: Option<PathBuf>,
-) -> Result<Value> {
+) -> Result<S1> {
     let ns = TestNamespace::new(client, "bench-s1").await?;
     let rk = start_rekindle(
         client,
@@ -57,14 +58,15 @@ pub async fn s1(
     let reloads = rk.reloads(true).await?;
     rk.stop().await?;
     ns.cleanup().await?;
-    let mut s = summary(latencies);
-    s["reloads"] = json!(reloads);
-    s["apiserver_webhook_admission"] = webhook.summary();
-    Ok(s)
+    Ok(S1 {
+        latency: summary(latencies),
+        reloads,
+        apiserver_webhook_admission: webhook.summary(),
+    })
 }
 
 /// The physical limit: a bare client PATCHes a template itself and waits for the watch.
-pub async fn s1_baseline(client: &Client, pairs: usize, updates: usize) -> Result<Value> {
+pub async fn s1_baseline(client: &Client, pairs: usize, updates: usize) -> Result<Latency> {
     let ns = TestNamespace::new(client, "bench-s1base").await?;
     create_pairs(client, &ns.name, pairs, false).await?;
     let mut rx = template_watch(client, &ns.name);

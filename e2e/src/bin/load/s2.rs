@@ -2,24 +2,20 @@
 
 use crate::cluster::{create_many, deployment, start_rekindle, template_watch};
 use crate::measure::summary;
+use crate::results::S2;
 use anyhow::Result;
 use e2e::TestNamespace;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// S2: one ConfigMap referenced by `n` Deployments changes; time until every one is patched.
-pub async fn s2(
-    client: &Client,
-    debounce: &str,
-    n: usize,
-    binary: Option<PathBuf>,
-) -> Result<Value> {
+pub async fn s2(client: &Client, debounce: &str, n: usize, binary: Option<PathBuf>) -> Result<S2> {
     let ns = TestNamespace::new(client, "bench-s2").await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     let cm: ConfigMap =
@@ -74,10 +70,11 @@ pub async fn s2(
     rk.stop().await?;
     ns.cleanup().await?;
     let all_s = done.values().copied().fold(0.0, f64::max) / 1000.0;
-    let mut s = summary(done.values().copied().collect());
-    s["workloads"] = json!(n);
-    s["patched"] = json!(done.len());
-    s["all_patched_s"] = json!(all_s);
-    s["reloads"] = json!(reloads);
-    Ok(s)
+    Ok(S2 {
+        latency: summary(done.values().copied().collect()),
+        workloads: n,
+        patched: done.len(),
+        all_patched_s: all_s,
+        reloads,
+    })
 }

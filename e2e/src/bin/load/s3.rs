@@ -2,18 +2,19 @@
 
 use crate::cluster::{create_pairs, quiesce, seen, start_rekindle, template_watch};
 use crate::measure::{apiserver_cost, request_counts};
+use crate::results::S3;
 use anyhow::{Context, Result};
 use e2e::TestNamespace;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// S3: one ConfigMap changes among many: latency, and the API requests the change cost.
-pub async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> Result<Value> {
+pub async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> Result<S3> {
     let ns = TestNamespace::new(client, "bench-s3").await?;
     let t = Instant::now();
     create_pairs(client, &ns.name, workloads, true).await?;
@@ -50,10 +51,13 @@ pub async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> R
         .collect();
     rk.stop().await?;
     ns.cleanup().await?;
-    Ok(
-        json!({"workloads": workloads, "configmaps": workloads, "setup_s": setup_s,
-        "latency_ms": seen.saturating_duration_since(accepted).as_secs_f64() * 1000.0,
-        "api_requests_during_change": delta,
-        "apiserver_cpu_s": cost_after.0 - cost_before.0, "apiserver_response_bytes": cost_after.1 - cost_before.1}),
-    )
+    Ok(S3 {
+        workloads,
+        configmaps: workloads,
+        setup_s,
+        latency_ms: seen.saturating_duration_since(accepted).as_secs_f64() * 1000.0,
+        api_requests_during_change: delta,
+        apiserver_cpu_s: cost_after.0 - cost_before.0,
+        apiserver_response_bytes: cost_after.1 - cost_before.1,
+    })
 }

@@ -2,14 +2,15 @@
 
 use crate::args::Sizes;
 use crate::cluster::{create_many, create_pairs_with, quiesce, seen, settle, template_watch};
-use crate::measure::{apiserver_cost, median};
+use crate::measure::apiserver_cost;
+use crate::results::{Start, Starts, VsStarts, S4};
 use anyhow::Result;
 use e2e::rekindle::{Options, Rekindle};
 use e2e::TestNamespace;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 /// S4 + S6: memory against the bytes of data watched, and start-up time to /ready.
@@ -19,7 +20,7 @@ pub async fn s4(
     configmaps: usize,
     workloads: usize,
     sizes: &Sizes,
-) -> Result<Value> {
+) -> Result<S4> {
     let one_start = Sizes {
         s6_starts: 1,
         ..sizes.clone()
@@ -35,7 +36,7 @@ pub async fn s4_with(
     workloads: usize,
     args: &[&str],
     sizes: &Sizes,
-) -> Result<Value> {
+) -> Result<S4> {
     use k8s_openapi::api::core::v1::Secret;
     let starts = sizes.s6_starts;
     quiesce(client, "").await?;
@@ -113,8 +114,12 @@ pub async fn s4_with(
         let first_reload_s = seen(&mut rx, "d-0", &want, Duration::from_secs(60))
             .await
             .map(|at| at.saturating_duration_since(started).as_secs_f64());
-        let run = json!({"startup_to_ready_s": startup_s, "first_reload_after_start_s": first_reload_s,
-            "cpu_to_ready_s": cpu_s, "apiserver_cpu_to_ready_s": apiserver_cpu_s});
+        let run = Start {
+            startup_to_ready_s: startup_s,
+            first_reload_after_start_s: first_reload_s,
+            cpu_to_ready_s: cpu_s,
+            apiserver_cpu_to_ready_s: apiserver_cpu_s,
+        };
         if other {
             vs_runs.push(run);
         } else {
@@ -146,21 +151,22 @@ pub async fn s4_with(
     } else {
         ns.cleanup().await?;
     }
-    let median_of = |runs: &[Value], field: &str| {
-        median(runs.iter().filter_map(|r| r[field].as_f64()).collect())
-    };
-    let median = |field: &str| median_of(&runs, field);
-    let vs_report = vs.as_ref().map(|bin| {
-        json!({"binary": bin.display().to_string(), "starts": vs_runs,
-            "startup_to_ready_s": median_of(&vs_runs, "startup_to_ready_s"),
-            "first_reload_after_start_s": median_of(&vs_runs, "first_reload_after_start_s"),
-            "cpu_to_ready_s": median_of(&vs_runs, "cpu_to_ready_s"),
-            "apiserver_cpu_to_ready_s": median_of(&vs_runs, "apiserver_cpu_to_ready_s")})
+    let vs = vs.map(|bin| VsStarts {
+        binary: bin.display().to_string(),
+        medians: Starts::median_of(&vs_runs),
+        starts: vs_runs,
     });
-    Ok(
-        json!({"secrets": secrets, "configmaps": configmaps.max(workloads), "workloads": workloads, "data_bytes": data_bytes, "settled_s": settled_s,
-        "startup_to_ready_s": median("startup_to_ready_s"), "first_reload_after_start_s": median("first_reload_after_start_s"),
-        "cpu_to_ready_s": median("cpu_to_ready_s"), "apiserver_cpu_to_ready_s": median("apiserver_cpu_to_ready_s"), "starts": runs,
-        "rss_after_sync_bytes": rss_synced, "rss_after_changes_bytes": rss_after, "vs": vs_report}),
-    )
+    Ok(S4 {
+        lists: None,
+        secrets,
+        configmaps: configmaps.max(workloads),
+        workloads,
+        data_bytes,
+        settled_s,
+        medians: Starts::median_of(&runs),
+        starts: runs,
+        rss_after_sync_bytes: rss_synced,
+        rss_after_changes_bytes: rss_after,
+        vs,
+    })
 }

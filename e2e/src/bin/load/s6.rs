@@ -1,11 +1,10 @@
 //! S6 alone (`--only s6`): the full-size start-up, streaming and paged lists.
 
 use crate::args::Args;
-use crate::measure::f;
+use crate::results::Starts;
 use crate::s4::s4_with;
 use anyhow::Result;
 use kube::Client;
-use serde_json::{json, Value};
 
 /// `--only s6`: the full-size start-up alone (REKINDLE_BENCH_S6_* sizes); bench/results/s6.{json,md}.
 pub async fn s6_only(client: &Client, args: &Args) -> Result<()> {
@@ -23,75 +22,73 @@ pub async fn s6_only(client: &Client, args: &Args) -> Result<()> {
     for (label, flags) in modes {
         eprintln!("S6 with {label} …");
         let mut r = s4_with(client, secrets, workloads, workloads, flags, sizes).await?;
-        r["lists"] = json!(label);
+        r.lists = Some(label);
         runs.push(r);
     }
-    let r = runs[0].clone();
     let dir = args.results_dir()?;
     std::fs::write(dir.join("s6.json"), serde_json::to_string_pretty(&runs)?)?;
-    let secs = |v: &Value| {
-        v.as_f64()
-            .map(|v| format!("{v:.2}"))
-            .unwrap_or_else(|| "—".into())
-    };
+    let r = &runs[0];
     let mut md = format!(
         "# S6 start-up at full size\n\n{} Deployments (one replica each, paused: the control plane makes no ReplicaSets or Pods for them, and each start waits for the apiserver to be idle) each with its ConfigMap, and {} Secrets of 8 KiB ({:.1} MiB watched), started {starts} times over the same objects (medians): process start to `/ready` in {} s, first reload of a change made at start {} s after start; RSS {:.1} MiB after sync, {:.1} MiB after 1,000 changes (first start). `just bench-load --only s6`.\n",
-        r["workloads"], r["secrets"], f(&r["data_bytes"]) / 1048576.0, secs(&r["startup_to_ready_s"]),
-        secs(&r["first_reload_after_start_s"]),
-        f(&r["rss_after_sync_bytes"]) / 1048576.0, f(&r["rss_after_changes_bytes"]) / 1048576.0
+        r.workloads, r.secrets, mib(r.data_bytes as u64), secs(r.medians.startup_to_ready_s),
+        secs(r.medians.first_reload_after_start_s),
+        mib(r.rss_after_sync_bytes), mib(r.rss_after_changes_bytes)
     );
     md += "\n| lists | start-up to /ready s | change made at start reloaded after s | rekindle CPU to /ready s | apiserver CPU to /ready s | RSS after sync MiB | RSS after 1,000 changes MiB |\n|---|---|---|---|---|---|---|\n";
     for r in &runs {
+        let lists = r.lists.unwrap_or("");
         md += &format!(
-            "| {}, median | {} | {} | {} | {} | {:.1} | {:.1} |\n",
-            r["lists"].as_str().unwrap_or(""),
-            secs(&r["startup_to_ready_s"]),
-            secs(&r["first_reload_after_start_s"]),
-            secs(&r["cpu_to_ready_s"]),
-            secs(&r["apiserver_cpu_to_ready_s"]),
-            f(&r["rss_after_sync_bytes"]) / 1048576.0,
-            f(&r["rss_after_changes_bytes"]) / 1048576.0
+            "| {lists}, median | {} | {:.1} | {:.1} |\n",
+            start_cells(&r.medians),
+            mib(r.rss_after_sync_bytes),
+            mib(r.rss_after_changes_bytes)
         );
-        for (i, start) in r["starts"].as_array().into_iter().flatten().enumerate() {
+        for (i, start) in r.starts.iter().enumerate() {
             md += &format!(
-                "| {}, start {} | {} | {} | {} | {} | | |\n",
-                r["lists"].as_str().unwrap_or(""),
+                "| {lists}, start {} | {} | | |\n",
                 i + 1,
-                secs(&start["startup_to_ready_s"]),
-                secs(&start["first_reload_after_start_s"]),
-                secs(&start["cpu_to_ready_s"]),
-                secs(&start["apiserver_cpu_to_ready_s"]),
+                start_cells(&start.into())
             );
         }
     }
     for r in &runs {
-        let vs = &r["vs"];
-        if !vs.is_object() {
-            continue;
-        }
+        let Some(vs) = &r.vs else { continue };
+        let lists = r.lists.unwrap_or("");
         md += &format!(
-            "| {}, {}, median | {} | {} | {} | {} | | |\n",
-            r["lists"].as_str().unwrap_or(""),
-            vs["binary"].as_str().unwrap_or(""),
-            secs(&vs["startup_to_ready_s"]),
-            secs(&vs["first_reload_after_start_s"]),
-            secs(&vs["cpu_to_ready_s"]),
-            secs(&vs["apiserver_cpu_to_ready_s"]),
+            "| {lists}, {}, median | {} | | |\n",
+            vs.binary,
+            start_cells(&vs.medians)
         );
-        for (i, start) in vs["starts"].as_array().into_iter().flatten().enumerate() {
+        for (i, start) in vs.starts.iter().enumerate() {
             md += &format!(
-                "| {}, {}, start {} | {} | {} | {} | {} | | |\n",
-                r["lists"].as_str().unwrap_or(""),
-                vs["binary"].as_str().unwrap_or(""),
+                "| {lists}, {}, start {} | {} | | |\n",
+                vs.binary,
                 i + 1,
-                secs(&start["startup_to_ready_s"]),
-                secs(&start["first_reload_after_start_s"]),
-                secs(&start["cpu_to_ready_s"]),
-                secs(&start["apiserver_cpu_to_ready_s"]),
+                start_cells(&start.into())
             );
         }
     }
     std::fs::write(dir.join("s6.md"), &md)?;
     println!("{md}");
     Ok(())
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / 1048576.0
+}
+
+fn secs(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "—".into())
+}
+
+/// Start-up to /ready, the change made at start, rekindle's and the apiserver's CPU: four cells.
+fn start_cells(s: &Starts) -> String {
+    [
+        s.startup_to_ready_s,
+        s.first_reload_after_start_s,
+        s.cpu_to_ready_s,
+        s.apiserver_cpu_to_ready_s,
+    ]
+    .map(secs)
+    .join(" | ")
 }

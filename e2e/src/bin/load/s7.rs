@@ -1,17 +1,18 @@
 //! S7: a storm of changes that reload nothing.
 
 use crate::cluster::{create_pairs, start_rekindle};
+use crate::results::S7;
 use anyhow::Result;
 use e2e::TestNamespace;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// S7: 10 ConfigMaps whose annotations change 20 times a second: no reload, and CPU next to idle.
-pub async fn s7(client: &Client, seconds: u64, binary: Option<PathBuf>) -> Result<Value> {
+pub async fn s7(client: &Client, seconds: u64, binary: Option<PathBuf>) -> Result<S7> {
     let ns = TestNamespace::new(client, "bench-s7").await?;
     create_pairs(client, &ns.name, 10, true).await?;
     let rk = start_rekindle(client, &ns.name, &[], binary).await?;
@@ -41,9 +42,11 @@ pub async fn s7(client: &Client, seconds: u64, binary: Option<PathBuf>) -> Resul
     let reloads = rk.reloads(true).await? - reloads_before;
     rk.stop().await?;
     ns.cleanup().await?;
-    Ok(
-        json!({"seconds": seconds, "annotation_patches": patches, "reloads": reloads,
-        "cpu_percent_idle": idle_cpu / seconds as f64 * 100.0,
-        "cpu_percent_storm": storm_cpu / (seconds as f64 + 2.0) * 100.0}),
-    )
+    Ok(S7 {
+        seconds,
+        annotation_patches: patches,
+        reloads,
+        cpu_percent_idle: idle_cpu / seconds as f64 * 100.0,
+        cpu_percent_storm: storm_cpu / (seconds as f64 + 2.0) * 100.0,
+    })
 }

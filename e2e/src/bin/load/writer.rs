@@ -13,11 +13,12 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::args::Sizes;
 use crate::cluster::{create_many, create_pairs, quiesce, seen, template_watch};
-use crate::measure::{f, percentile, request_counts, summary};
+use crate::measure::{percentile, request_counts, summary};
+use crate::results::{Paced, Pair, WriterCost, S3, S8, S9};
 
 /// Who applies the change: rekindle (with its debounce flag, None = default) or the bench itself.
 #[derive(Clone, Copy)]
@@ -40,7 +41,7 @@ const PAIRS: usize = 20;
 
 /// One paced run: `updates` ConfigMap changes at `rate` per second, each waited for in a watch.
 /// `busy`: another client patches every Deployment's labels in a tight loop meanwhile.
-async fn paced(client: &Client, who: Who, rate: f64, updates: usize, busy: bool) -> Result<Value> {
+async fn paced(client: &Client, who: Who, rate: f64, updates: usize, busy: bool) -> Result<Paced> {
     // The previous run's namespace (its Deployments, ReplicaSets and pods) is deleted in the
     // background: let that finish first, or it lands in whichever writer runs next.
     quiesce(client, "").await?;
@@ -145,65 +146,82 @@ async fn paced(client: &Client, who: Who, rate: f64, updates: usize, busy: bool)
         .enumerate()
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map(|(i, _)| i);
-    let mut out = summary(latencies);
-    out["slowest_at"] = json!(slowest_at);
-    out["who"] = json!(who.label());
-    out["rate_per_s"] = json!(rate);
-    out["missed"] = json!(missed);
-    out["busy_writer_patches"] = json!(busy_patches);
-    if let Some(rk) = rk {
-        // The busy writer's own PATCHes are not rekindle's.
-        let busy = busy_patches.unwrap_or(0) as f64 / updates as f64;
-        out["get_deployments_per_change"] = json!(per_change("GET deployments"));
-        out["patch_deployments_per_change"] = json!(per_change("PATCH deployments") - busy);
-        out["failed_attempts"] = json!(
-            rk.metric("rekindle_errors_total{kind=\"reload_attempt\"}")
-                .await?
-        );
-        let mut reads = 0.0;
-        for reason in ["retry", "kind", "not_indexed"] {
-            reads += rk
-                .metric(&format!(
-                    "rekindle_workload_reads_total{{reason=\"{reason}\"}}"
-                ))
-                .await?;
+    let rekindle = match rk {
+        Some(rk) => {
+            // The busy writer's own PATCHes are not rekindle's.
+            let busy = busy_patches.unwrap_or(0) as f64 / updates as f64;
+            let (get, patch) = (
+                per_change("GET deployments"),
+                per_change("PATCH deployments"),
+            );
+            let cost = writer_cost(&rk, get, patch - busy).await?;
+            rk.stop().await?;
+            Some(cost)
         }
-        out["workload_reads"] = json!(reads);
-        // rekindle's own time per change (watch event → dependents queued): share within 1 ms.
-        let within_1ms = rk
-            .metric("reloader_reconcile_duration_seconds_bucket{le=\"0.001\",result=\"success\"}")
+        None => None,
+    };
+    ns.cleanup().await?;
+    Ok(Paced {
+        latency: summary(latencies),
+        who: who.label(),
+        rate_per_s: rate,
+        round: None,
+        missed,
+        slowest_at,
+        busy_writer_patches: busy_patches,
+        rekindle,
+    })
+}
+
+/// What rekindle's writer spent: the requests per change the caller counted, and what rekindle's own
+/// metrics say.
+async fn writer_cost(rk: &Rekindle, get: f64, patch: f64) -> Result<WriterCost> {
+    let failed_attempts = rk
+        .metric("rekindle_errors_total{kind=\"reload_attempt\"}")
+        .await?;
+    let mut workload_reads = 0.0;
+    for reason in ["retry", "kind", "not_indexed"] {
+        workload_reads += rk
+            .metric(&format!(
+                "rekindle_workload_reads_total{{reason=\"{reason}\"}}"
+            ))
             .await?;
-        let handled = rk
-            .metric("reloader_reconcile_duration_seconds_count{result=\"success\"}")
-            .await?;
-        out["reconcile_within_1ms"] = json!(if handled > 0.0 {
+    }
+    // rekindle's own time per change (watch event → dependents queued): share within 1 ms.
+    let within_1ms = rk
+        .metric("reloader_reconcile_duration_seconds_bucket{le=\"0.001\",result=\"success\"}")
+        .await?;
+    let handled = rk
+        .metric("reloader_reconcile_duration_seconds_count{result=\"success\"}")
+        .await?;
+    // rekindle's own PATCHes slower than 25 ms to their response headers (client-go buckets).
+    let body = rk.metrics().await?;
+    let patch_sample = |suffix: &str| -> f64 {
+        body.lines()
+            .filter(|l| l.starts_with(suffix) && l.contains("verb=\"PATCH\""))
+            .filter(|l| !suffix.ends_with("bucket") || l.contains("le=\"0.025\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    Ok(WriterCost {
+        get_deployments_per_change: get,
+        patch_deployments_per_change: patch,
+        failed_attempts,
+        workload_reads,
+        reconcile_within_1ms: if handled > 0.0 {
             within_1ms / handled
         } else {
             f64::NAN
-        });
-        out["reloads"] = json!(rk.reloads(true).await?);
-        // rekindle's own PATCHes slower than 25 ms to their response headers (client-go buckets).
-        let body = rk.metrics().await?;
-        let patch_sample = |suffix: &str| -> f64 {
-            body.lines()
-                .filter(|l| l.starts_with(suffix) && l.contains("verb=\"PATCH\""))
-                .filter(|l| !suffix.ends_with("bucket") || l.contains("le=\"0.025\""))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum()
-        };
-        out["patches_over_25ms"] = json!(
-            patch_sample("rest_client_request_duration_seconds_count")
-                - patch_sample("rest_client_request_duration_seconds_bucket")
-        );
-        rk.stop().await?;
-    }
-    ns.cleanup().await?;
-    Ok(out)
+        },
+        reloads: rk.reloads(true).await?,
+        patches_over_25ms: patch_sample("rest_client_request_duration_seconds_count")
+            - patch_sample("rest_client_request_duration_seconds_bucket"),
+    })
 }
 
 /// A ConfigMap and a Secret of one Deployment changed 200 ms apart, default configuration: how many
 /// template changes (rollouts) each pair gives.
-async fn pair(client: &Client, trials: usize) -> Result<Value> {
+async fn pair(client: &Client, trials: usize) -> Result<Pair> {
     let ns = TestNamespace::new(client, "bench-s8pair").await?;
     let rk = Rekindle::start(client, &[&ns.name], Options::default()).await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
@@ -246,7 +264,10 @@ async fn pair(client: &Client, trials: usize) -> Result<Value> {
     }
     rk.stop().await?;
     ns.cleanup().await?;
-    Ok(json!({"trials": trials, "rollouts_per_pair": rollouts}))
+    Ok(Pair {
+        trials,
+        rollouts_per_pair: rollouts,
+    })
 }
 
 /// S8: paced latency at 10 and 2 updates/s for the three writers (alternating), the same at 10/s with
@@ -255,7 +276,7 @@ async fn pair(client: &Client, trials: usize) -> Result<Value> {
 /// The paced runs repeat for REKINDLE_BENCH_S8_ROUNDS rounds (default 3), the writers' order rotated
 /// each round so none always runs first on a machine that warms up or gets busier; the report pools
 /// each writer's samples over the rounds and gives the median of the per-round ratios too.
-pub async fn s8(client: &Client, sizes: &Sizes) -> Result<Value> {
+pub async fn s8(client: &Client, sizes: &Sizes) -> Result<S8> {
     let rounds = sizes.s8_rounds;
     // Changes per run at 10/s (a fifth of it at 2/s): a p99 of 100 samples is their second largest,
     // as noisy as one sample, so runs are 30 s long.
@@ -268,7 +289,7 @@ pub async fn s8(client: &Client, sizes: &Sizes) -> Result<Value> {
                 let who = writers[(k + round) % writers.len()];
                 eprintln!("S8 round {} {} at {rate}/s …", round + 1, who.label());
                 let mut run = paced(client, who, rate, updates, false).await?;
-                run["round"] = json!(round + 1);
+                run.round = Some(round + 1);
                 runs.push(run);
             }
         }
@@ -280,7 +301,11 @@ pub async fn s8(client: &Client, sizes: &Sizes) -> Result<Value> {
     }
     eprintln!("S8 ConfigMap + Secret 200 ms apart …");
     let pair = pair(client, 10).await?;
-    Ok(json!({"paced": runs, "busy": busy, "pair": pair}))
+    Ok(S8 {
+        paced: runs,
+        busy,
+        pair,
+    })
 }
 
 async fn wait_for_metric(rk: &Rekindle, series: &str, at_least: f64) -> Result<()> {
@@ -305,7 +330,7 @@ async fn rss_at(rk: &Rekindle, gauge: &str, want: usize) -> Result<u64> {
 
 /// S9: index memory. ConfigMaps 0 → `step` → 2·`step` with no workloads, then Deployments
 /// (replicas 0, each using one of 1,000 ConfigMaps) 0 → `step` → 2·`step`; RSS at each step.
-pub async fn s9(client: &Client, step: usize) -> Result<Value> {
+pub async fn s9(client: &Client, step: usize) -> Result<S9> {
     let ns = TestNamespace::new(client, "bench-s9").await?;
     let rk = Rekindle::start(client, &[&ns.name], Options::default()).await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
@@ -355,110 +380,110 @@ pub async fn s9(client: &Client, step: usize) -> Result<Value> {
         let (n2, r2) = v[v.len() - 1];
         (r2 as f64 - r0 as f64) / (n2 - n0) as f64
     };
-    Ok(json!({
-        "resources": resources, "workloads": workloads,
-        "bytes_per_resource": per(&resources), "bytes_per_workload": per(&workloads),
-        "bytes_per_workload_second_step": (workloads[2].1 as f64 - workloads[1].1 as f64) / step as f64,
-    }))
+    Ok(S9 {
+        bytes_per_resource: per(&resources),
+        bytes_per_workload: per(&workloads),
+        bytes_per_workload_second_step: (workloads[2].1 as f64 - workloads[1].1 as f64)
+            / step as f64,
+        resources,
+        workloads,
+    })
 }
 
-pub fn markdown(s8: &Value, s9: &Value, s3: &[Value]) -> String {
-    if !s8.is_object() {
-        return s9_markdown(s9);
-    }
-    let mut md = String::from("\n## S8 the writer: paced changes, 20 ConfigMaps ↔ 20 Deployments\n\nChange accepted → new template in a watch; the bare client PATCHes the template itself (the limit). Runs alternate writers at each rate, in rounds (the writers' order rotated each round); each row's ratios are to the bare client of its round. Requests per change are `apiserver_request_total` deltas for Deployments (GET, and PATCH less the busy writer's); failed attempts and reads are rekindle's own `rekindle_errors_total{kind=\"reload_attempt\"}` and `rekindle_workload_reads_total`.\n\n| writer | rate /s | n | missed | p50 ms | p99 ms | p50 / bare | p99 / bare | GET/change | PATCH/change | failed attempts | reads | changes handled ≤ 1 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    let rows = |md: &mut String, runs: &[Value]| {
-        // The bare client of the same rate and round.
-        let bare: BTreeMap<(String, String), (f64, f64)> = runs
-            .iter()
-            .filter(|r| r["who"] == "bare client")
-            .map(|r| {
-                let key = (r["rate_per_s"].to_string(), r["round"].to_string());
-                (key, (f(&r["p50_ms"]), f(&r["p99_ms"])))
-            })
-            .collect();
-        for r in runs {
-            let rate = r["rate_per_s"].to_string();
-            let (b50, b99) = bare
-                .get(&(rate.clone(), r["round"].to_string()))
-                .copied()
-                .unwrap_or((f64::NAN, f64::NAN));
-            let cell = |k: &str| match r.get(k).and_then(Value::as_f64) {
-                Some(v) => format!("{v:.2}"),
-                None => "—".into(),
-            };
-            *md += &format!(
-                "| {}{} | {} | {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {} | {} |\n",
-                r["who"].as_str().unwrap_or(""),
-                match (r["round"].as_u64(), r["busy_writer_patches"].is_null()) {
-                    (_, false) => format!(", busy writer ({} patches)", r["busy_writer_patches"]),
-                    (Some(round), true) => format!(", round {round}"),
-                    (None, true) => String::new(),
-                },
-                rate,
-                r["n"],
-                r["missed"],
-                f(&r["p50_ms"]),
-                f(&r["p99_ms"]),
-                f(&r["p50_ms"]) / b50,
-                f(&r["p99_ms"]) / b99,
-                cell("get_deployments_per_change"),
-                cell("patch_deployments_per_change"),
-                cell("failed_attempts"),
-                cell("workload_reads"),
-                cell("reconcile_within_1ms"),
-            );
-        }
+pub fn markdown(s8: Option<&S8>, s9: Option<&S9>, s3: &[S3]) -> String {
+    let Some(s8) = s8 else {
+        return s9.map(s9_markdown).unwrap_or_default();
     };
-    rows(
-        &mut md,
-        s8["paced"].as_array().map(Vec::as_slice).unwrap_or(&[]),
-    );
-    rows(
-        &mut md,
-        s8["busy"].as_array().map(Vec::as_slice).unwrap_or(&[]),
-    );
-    md += &pooled_markdown(s8["paced"].as_array().map(Vec::as_slice).unwrap_or(&[]));
+    let mut md = String::from("\n## S8 the writer: paced changes, 20 ConfigMaps ↔ 20 Deployments\n\nChange accepted → new template in a watch; the bare client PATCHes the template itself (the limit). Runs alternate writers at each rate, in rounds (the writers' order rotated each round); each row's ratios are to the bare client of its round. Requests per change are `apiserver_request_total` deltas for Deployments (GET, and PATCH less the busy writer's); failed attempts and reads are rekindle's own `rekindle_errors_total{kind=\"reload_attempt\"}` and `rekindle_workload_reads_total`.\n\n| writer | rate /s | n | missed | p50 ms | p99 ms | p50 / bare | p99 / bare | GET/change | PATCH/change | failed attempts | reads | changes handled ≤ 1 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md += &rows(&s8.paced);
+    md += &rows(&s8.busy);
+    md += &pooled_markdown(&s8.paced);
     md += &format!(
-        "\nA ConfigMap and a Secret of one Deployment changed 200 ms apart, default configuration, {} times: template changes per pair {}.\n",
-        s8["pair"]["trials"], s8["pair"]["rollouts_per_pair"]
+        "\nA ConfigMap and a Secret of one Deployment changed 200 ms apart, default configuration, {} times: template changes per pair {:?}.\n",
+        s8.pair.trials, s8.pair.rollouts_per_pair
     );
     if !s3.is_empty() {
         md += "\n## S3 apiserver cost of one change among many (one namespace)\n\n| Deployments | latency ms | apiserver CPU s in the window | apiserver response bytes in the window | GET deployments | LIST deployments |\n|---|---|---|---|---|---|\n";
         for r in s3 {
-            let req = |k: &str| r["api_requests_during_change"][k].as_f64().unwrap_or(0.0);
             md += &format!(
                 "| {} | {:.1} | {:.3} | {:.0} | {} | {} |\n",
-                r["workloads"],
-                f(&r["latency_ms"]),
-                f(&r["apiserver_cpu_s"]),
-                f(&r["apiserver_response_bytes"]),
-                req("GET deployments"),
-                req("LIST deployments")
+                r.workloads,
+                r.latency_ms,
+                r.apiserver_cpu_s,
+                r.apiserver_response_bytes,
+                r.requests("GET deployments"),
+                r.requests("LIST deployments")
             );
         }
     }
-    md + &s9_markdown(s9)
+    md + &s9.map(s9_markdown).unwrap_or_default()
 }
 
+/// A run's rate (as its key) and round.
+type RateRound = (String, Option<usize>);
+
+/// A run's rate as a key: the rates are whole or decimal numbers per second.
+fn rate_key(run: &Paced) -> String {
+    run.rate_per_s.to_string()
+}
+
+/// One row per run, its ratios to the bare client of the same rate and round.
+fn rows(runs: &[Paced]) -> String {
+    let bare: BTreeMap<RateRound, (f64, f64)> = runs
+        .iter()
+        .filter(|r| r.who == Who::Bare.label())
+        .map(|r| ((rate_key(r), r.round), (r.latency.p50_ms, r.latency.p99_ms)))
+        .collect();
+    let mut md = String::new();
+    for r in runs {
+        let (b50, b99) = bare
+            .get(&(rate_key(r), r.round))
+            .copied()
+            .unwrap_or((f64::NAN, f64::NAN));
+        let cost = r.rekindle.as_ref();
+        let cell = |value: fn(&WriterCost) -> f64| {
+            cost.map_or("—".into(), |c| format!("{:.2}", value(c)))
+        };
+        let which = match (r.round, r.busy_writer_patches) {
+            (_, Some(patches)) => format!(", busy writer ({patches} patches)"),
+            (Some(round), None) => format!(", round {round}"),
+            (None, None) => String::new(),
+        };
+        md += &format!(
+            "| {}{which} | {} | {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {} | {} |\n",
+            r.who,
+            rate_key(r),
+            r.latency.n,
+            r.missed,
+            r.latency.p50_ms,
+            r.latency.p99_ms,
+            r.latency.p50_ms / b50,
+            r.latency.p99_ms / b99,
+            cell(|c| c.get_deployments_per_change),
+            cell(|c| c.patch_deployments_per_change),
+            cell(|c| c.failed_attempts),
+            cell(|c| c.workload_reads),
+            cell(|c| c.reconcile_within_1ms),
+        );
+    }
+    md
+}
 /// Each writer's samples pooled over the rounds, against the bare client's pooled samples, and the
 /// median over rounds of the ratio within a round.
-fn pooled_markdown(runs: &[Value]) -> String {
+fn pooled_markdown(runs: &[Paced]) -> String {
     let mut pooled: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
     // (rate, round) → writer → (p50, p99)
-    let mut per_round: BTreeMap<(String, String), BTreeMap<String, (f64, f64)>> = BTreeMap::new();
+    let mut per_round: BTreeMap<RateRound, BTreeMap<String, (f64, f64)>> = BTreeMap::new();
     for r in runs {
-        let who = r["who"].as_str().unwrap_or("").to_string();
-        let rate = r["rate_per_s"].to_string();
-        let samples = r["samples_ms"].as_array().into_iter().flatten();
+        let (who, rate) = (r.who.to_string(), rate_key(r));
         pooled
             .entry((rate.clone(), who.clone()))
             .or_default()
-            .extend(samples.filter_map(Value::as_f64));
+            .extend(&r.latency.samples_ms);
         per_round
-            .entry((rate, r["round"].to_string()))
+            .entry((rate, r.round))
             .or_default()
-            .insert(who, (f(&r["p50_ms"]), f(&r["p99_ms"])));
+            .insert(who, (r.latency.p50_ms, r.latency.p99_ms));
     }
     let median = |mut v: Vec<f64>| {
         v.sort_by(|a, b| a.total_cmp(b));
@@ -468,7 +493,7 @@ fn pooled_markdown(runs: &[Value]) -> String {
     for ((rate, who), mut samples) in pooled.clone() {
         samples.sort_by(|a, b| a.total_cmp(b));
         let mut bare = pooled
-            .get(&(rate.clone(), "bare client".to_string()))
+            .get(&(rate.clone(), Who::Bare.label().to_string()))
             .cloned()
             .unwrap_or_default();
         bare.sort_by(|a, b| a.total_cmp(b));
@@ -476,7 +501,7 @@ fn pooled_markdown(runs: &[Value]) -> String {
             .iter()
             .filter(|((r, _), _)| *r == rate)
             .filter_map(|(_, writers)| {
-                let (b50, b99) = writers.get("bare client")?;
+                let (b50, b99) = writers.get(Who::Bare.label())?;
                 let (w50, w99) = writers.get(&who)?;
                 Some((w50 / b50, w99 / b99))
             })
@@ -496,7 +521,7 @@ fn pooled_markdown(runs: &[Value]) -> String {
     // How much the limit itself moves from round to round: the noise a ratio of one round carries.
     for (rate, bare) in per_round
         .iter()
-        .filter_map(|((rate, _), w)| Some((rate.clone(), w.get("bare client")?.1)))
+        .filter_map(|((rate, _), w)| Some((rate.clone(), w.get(Who::Bare.label())?.1)))
         .fold(BTreeMap::<String, Vec<f64>>::new(), |mut m, (rate, p99)| {
             m.entry(rate).or_default().push(p99);
             m
@@ -514,20 +539,80 @@ fn pooled_markdown(runs: &[Value]) -> String {
     md
 }
 
-fn s9_markdown(s9: &Value) -> String {
-    let mut md = String::new();
-    if s9.is_object() {
-        let steps = |k: &str| {
-            s9[k]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|p| format!("{} → {:.1} MiB", p[0], f(&p[1]) / 1048576.0))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        md += &format!("\n## S9 index memory\n\nRSS of rekindle (release build) as ConfigMaps grow with no workloads ({}), then as Deployments grow at 2× that many ConfigMaps ({}). **{:.0} bytes per ConfigMap, {:.0} bytes per Deployment** (second step alone: {:.0}).\n",
-            steps("resources"), steps("workloads"), f(&s9["bytes_per_resource"]), f(&s9["bytes_per_workload"]), f(&s9["bytes_per_workload_second_step"]));
+fn s9_markdown(s9: &S9) -> String {
+    let steps = |v: &[(usize, u64)]| {
+        v.iter()
+            .map(|(n, rss)| format!("{n} → {:.1} MiB", *rss as f64 / 1048576.0))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!("\n## S9 index memory\n\nRSS of rekindle (release build) as ConfigMaps grow with no workloads ({}), then as Deployments grow at 2× that many ConfigMaps ({}). **{:.0} bytes per ConfigMap, {:.0} bytes per Deployment** (second step alone: {:.0}).\n",
+        steps(&s9.resources), steps(&s9.workloads), s9.bytes_per_resource, s9.bytes_per_workload, s9.bytes_per_workload_second_step)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::Latency;
+
+    fn run(who: Who, round: usize, p50: f64, p99: f64) -> Paced {
+        Paced {
+            latency: Latency {
+                n: 3,
+                p50_ms: p50,
+                p95_ms: p99,
+                p99_ms: p99,
+                samples_ms: vec![p50, p50, p99],
+            },
+            who: who.label(),
+            rate_per_s: 10.0,
+            round: Some(round),
+            missed: 0,
+            slowest_at: Some(2),
+            busy_writer_patches: None,
+            rekindle: matches!(who, Who::Rekindle(_)).then_some(WriterCost {
+                get_deployments_per_change: 0.0,
+                patch_deployments_per_change: 1.0,
+                failed_attempts: 0.0,
+                workload_reads: 0.0,
+                reconcile_within_1ms: 1.0,
+                reloads: 3.0,
+                patches_over_25ms: 0.0,
+            }),
+        }
     }
-    md
+
+    /// Each run's ratios are to the bare client of its own round; the bare client has no writer cost.
+    #[test]
+    fn ratios_are_to_the_bare_client_of_the_same_round() {
+        let runs = [
+            run(Who::Bare, 1, 10.0, 20.0),
+            run(Who::Rekindle(Some("0")), 1, 20.0, 30.0),
+            run(Who::Bare, 2, 40.0, 40.0),
+            run(Who::Rekindle(Some("0")), 2, 20.0, 20.0),
+        ];
+        let md = rows(&runs);
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines.len(), 4, "{md}");
+        assert!(
+            lines[0].starts_with(
+                "| bare client, round 1 | 10 | 3 | 0 | 10.0 | 20.0 | 1.00 | 1.00 | — | — |"
+            ),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[1].starts_with("| rekindle, debounce 0, round 1 | 10 | 3 | 0 | 20.0 | 30.0 | 2.00 | 1.50 | 0.00 | 1.00 |"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[3].contains("| 0.50 | 0.50 |"), "{}", lines[3]);
+        // Pooled: rekindle's samples over both rounds against the bare client's, and the median of the
+        // per-round ratios (2.0 and 0.5).
+        let pooled = pooled_markdown(&runs);
+        assert!(
+            pooled.contains("| rekindle, debounce 0 | 10 | 2 | 6 | 20.0 | 30.0 | 0.50 | 0.75 |"),
+            "{pooled}"
+        );
+    }
 }
