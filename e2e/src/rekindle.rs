@@ -1,5 +1,5 @@
 //! Starting and stopping rekindle processes for tests, each scoped to the test's namespaces with a
-//! webhook registration of its own (E2E.md "Isolation").
+//! webhook registration of its own (e2e/README.md, "Tests").
 
 use std::collections::HashMap;
 use std::path::PathBuf;
