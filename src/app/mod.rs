@@ -36,7 +36,7 @@ use crate::reload::warm;
 use crate::reload::writer::{self, Writer};
 use crate::server::admin::{self, Health};
 use crate::server::{bind, tls};
-use crate::watch::{self, Ctx, ReadyTracker, Sink, SyncProgress, WatchId, WatchPart, Watched};
+use crate::watch::{self, Ctx, ReadyTracker, Sink, WatchId, WatchPart, Watched};
 
 /// ConfigMaps and Secrets per list page at start-up and re-list.
 const RESOURCE_LIST_PAGE: u32 = 100;
@@ -183,33 +183,9 @@ async fn run(config: Config) -> Result<()> {
         config.halt_on_failed_rollout,
         metrics.clone(),
     );
-    // What a change leads to, decided once: reloads (stamps, catch-up, queue and writer), or with
-    // --webhook-url notifications only. Everything below follows `reloading`.
-    let sink = match &config.webhook_url {
-        Some(url) => Sink::Notify(Notifier::new(url, metrics.clone())?),
-        None => Sink::Reload {
-            triggers: Triggers::new(index.clone(), queue.clone(), scope.clone(), metrics.clone()),
-            rollouts: rollouts.clone(),
-        },
-    };
-    let reloading = sink.triggers().cloned();
-
-    let admission = Arc::new(Admission {
-        plan: config.plan.clone(),
-        scope: scope.clone(),
-        index: index.clone(),
-        metrics: metrics.clone(),
-        self_username: self_username(&client).await,
-        notify_only: reloading.is_none(),
-        kinds: builtin.iter().chain(optional.iter()).copied().collect(),
-        lookup: config
-            .admission_lookup
-            .then(|| admission_lookup(&config, &client, &health, &metrics)),
-    });
-    let webhook_task = serve_webhook(&config, admission, &metrics, &shutdown).await?;
-
-    let catch_up = reloading
-        .as_ref()
+    let sink = sink(&config, &index, &queue, &scope, &metrics, rollouts)?;
+    let catch_up = sink
+        .triggers()
         .map(|triggers| CatchUp::new(index.clone(), triggers.clone(), leadership.clone()));
     let ctx = Arc::new(Ctx {
         plan: config.plan.clone(),
@@ -221,42 +197,20 @@ async fn run(config: Config) -> Result<()> {
         streaming_lists: streaming_lists(&client, config.streaming_lists).await,
         catch_up: catch_up.clone(),
     });
+    let kinds = builtin.iter().chain(optional.iter()).copied().collect();
+    let webhook_task = start_webhook(&config, &client, &health, &ctx, kinds, &shutdown).await?;
     let watches = spawn_watches(&client, &config, &ctx, &builtin, &optional);
     // Every start-up watch is registered: only now may the last one to sync make the process ready.
     ready.seal();
-
-    let writer_task = match &reloading {
-        None => {
-            tracing::info!("--webhook-url: changes are POSTed there; no workload is touched");
-            None
-        }
-        Some(triggers) => {
-            let (queue, sync) = (triggers.queue(), ready.progress());
-            let writer = writer(
-                &config,
-                &write_client,
-                &index,
-                queue,
-                &metrics,
-                &leadership,
-                rollouts,
-                sync,
-            )?;
-            Some(start_writer(writer, &write_client, &health, &shutdown))
-        }
-    };
-
-    // The catch-up as the first sync proceeds, then the periodic consistency pass.
-    let housekeeping = Housekeeping {
-        index: index.clone(),
-        catch_up,
-        triggers: reloading.clone(),
-        metrics: metrics.clone(),
-        ready,
-        leadership: leadership.clone(),
-        consistency_interval: config.consistency_interval,
-        replay_creates: config.sync_after_restart && config.plan.reload_on_create,
-    };
+    let writer_task = start_reloads(
+        &config,
+        &write_client,
+        &ctx,
+        &leadership,
+        &health,
+        &shutdown,
+    )?;
+    let housekeeping = housekeeping(&config, &ctx, catch_up, &leadership);
     let housekeeping = tokio::spawn(housekeeping.run(shutdown.clone()));
 
     let tasks = Critical {
@@ -268,6 +222,94 @@ async fn run(config: Config) -> Result<()> {
         watches,
     };
     until_stopped(tasks, &config, &health, &metrics, &shutdown, &writes_done).await
+}
+
+/// What a change leads to, decided once: reloads (stamps, catch-up, queue and writer), or with
+/// --webhook-url notifications only. Everything else follows the sink.
+fn sink(
+    config: &Config,
+    index: &Arc<Index>,
+    queue: &Arc<Queue>,
+    scope: &Arc<ScopeFilter>,
+    metrics: &Arc<Metrics>,
+    rollouts: Arc<Rollouts>,
+) -> Result<Sink> {
+    Ok(match &config.webhook_url {
+        Some(url) => Sink::Notify(Notifier::new(url, metrics.clone())?),
+        None => Sink::Reload {
+            triggers: Triggers::new(index.clone(), queue.clone(), scope.clone(), metrics.clone()),
+            rollouts,
+        },
+    })
+}
+
+/// The admission webhook, when TLS is configured: stamps what the index knows, and (with
+/// `--admission-lookup`) reads what it misses.
+async fn start_webhook(
+    config: &Config,
+    client: &Client,
+    health: &Arc<Health>,
+    ctx: &Ctx,
+    kinds: Vec<WorkloadKind>,
+    shutdown: &CancellationToken,
+) -> Result<Option<JoinHandle<()>>> {
+    let metrics = &ctx.metrics;
+    let admission = Admission {
+        plan: config.plan.clone(),
+        scope: ctx.scope.clone(),
+        index: ctx.index.clone(),
+        metrics: metrics.clone(),
+        self_username: self_username(client).await,
+        notify_only: ctx.sink.triggers().is_none(),
+        kinds,
+        lookup: config
+            .admission_lookup
+            .then(|| admission_lookup(config, client, health, metrics)),
+    };
+    serve_webhook(config, Arc::new(admission), metrics, shutdown).await
+}
+
+/// The writer and what runs beside it, when changes are reloaded (not with `--webhook-url`).
+fn start_reloads(
+    config: &Config,
+    write_client: &Client,
+    ctx: &Ctx,
+    leadership: &Leadership,
+    health: &Arc<Health>,
+    shutdown: &CancellationToken,
+) -> Result<Option<JoinHandle<()>>> {
+    let Sink::Reload { triggers, rollouts } = &ctx.sink else {
+        tracing::info!("--webhook-url: changes are POSTed there; no workload is touched");
+        return Ok(None);
+    };
+    let writer = writer(
+        config,
+        write_client,
+        ctx,
+        triggers.queue(),
+        leadership,
+        rollouts.clone(),
+    )?;
+    Ok(Some(start_writer(writer, write_client, health, shutdown)))
+}
+
+/// The catch-up as the first sync proceeds, then the periodic consistency pass.
+fn housekeeping(
+    config: &Config,
+    ctx: &Ctx,
+    catch_up: Option<Arc<CatchUp>>,
+    leadership: &Leadership,
+) -> Housekeeping {
+    Housekeeping {
+        index: ctx.index.clone(),
+        catch_up,
+        triggers: ctx.sink.triggers().cloned(),
+        metrics: ctx.metrics.clone(),
+        ready: ctx.ready.clone(),
+        leadership: leadership.clone(),
+        consistency_interval: config.consistency_interval,
+        replay_creates: config.sync_after_restart && config.plan.reload_on_create,
+    }
 }
 
 /// Runs until a signal, or until one of the critical tasks ends (an error: the replica is restarted);
@@ -581,17 +623,15 @@ async fn serve_webhook(
     ))))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn writer(
     config: &Config,
     client: &Client,
-    index: &Arc<Index>,
+    ctx: &Ctx,
     queue: &Arc<Queue>,
-    metrics: &Arc<Metrics>,
     leadership: &Leadership,
     rollouts: Arc<Rollouts>,
-    sync: tokio::sync::watch::Receiver<SyncProgress>,
 ) -> Result<Arc<Writer>> {
+    let metrics = &ctx.metrics;
     let reporter = Reporter {
         controller: "rekindle".into(),
         instance: instance_name(config),
@@ -599,7 +639,7 @@ fn writer(
     let mut writer = Writer::new(
         client.clone(),
         config.plan.clone(),
-        index.clone(),
+        ctx.index.clone(),
         queue.clone(),
         metrics.clone(),
         Recorder::new(client.clone(), reporter),
@@ -608,7 +648,7 @@ fn writer(
     );
     writer.default_window = config.reload_window.clone();
     writer.rollouts = rollouts;
-    writer.sync = Some(sync);
+    writer.sync = Some(ctx.ready.progress());
     if let Some(namespace) = &config.pod_namespace {
         writer.recreates = Some(Records::new(client.clone(), namespace));
     }
