@@ -6,7 +6,10 @@ use std::time::Duration;
 use anyhow::Result;
 use e2e::fixtures::deployment;
 use e2e::rekindle::{Options, Rekindle};
-use e2e::{admin_client, apply_yaml, expect_replica_sets, wait_for, TestNamespace, TIMEOUT};
+use e2e::{
+    admin_client, apply_yaml, expect_replica_sets, wait_for, wait_replica_sets, TestNamespace,
+    TIMEOUT,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -144,6 +147,9 @@ async fn secret_projected_volume_value_from_and_init_container() -> Result<()> {
             {"name": "side", "image": "busybox", "volumeMounts": [{"name": "s", "mountPath": "/s"}]}],
         "volumes": [{"name": "s", "projected": {"sources": [{"secret": {"name": "app-secret"}}]}}]
     })).manifest()).await?;
+    // The first ReplicaSet before the change: a template changed before the Deployment controller
+    // saw the first one gets a single ReplicaSet, and the count below would never reach two.
+    expect_replica_sets(&client, &ns.name, "web", 1).await?;
     let d = workload_json(&client, &ns.name, "apps/v1", "Deployment", "web").await?;
     assert_eq!(
         env_of(&d, 1, "STAKATER_APP_SECRET_SECRET"),
@@ -292,6 +298,18 @@ data: {a: '1'}
             .manifest(),
     )
     .await?;
+    // The first ReplicaSet before the change: a template changed before the Deployment controller
+    // saw the first one gets a single ReplicaSet, and the count below would never reach two.
+    for name in ["named", "exclude", "search"] {
+        wait_replica_sets(
+            &client,
+            &ns.name,
+            name,
+            1,
+            &format!("{name}'s first ReplicaSet"),
+        )
+        .await?;
+    }
 
     // Named: the first reload adds the marker on containers[0].
     patch_cm(&client, &ns.name, "named-1", json!({"data": {"a": "2"}})).await?;
@@ -380,6 +398,9 @@ async fn a_configmap_and_a_secret_changed_together_give_one_rollout() -> Result<
     )
     .await?;
     apply_yaml(&client, Some(&ns.name), &deployment("web").auto().env_from(json!([{"configMapRef": {"name": "app-config"}}, {"secretRef": {"name": "app-secret"}}])).manifest()).await?;
+    // The first ReplicaSet before the change: a template changed before the Deployment controller
+    // saw the first one gets a single ReplicaSet, and the count below would never reach two.
+    expect_replica_sets(&client, &ns.name, "web", 1).await?;
     patch_cm(
         &client,
         &ns.name,
@@ -504,7 +525,20 @@ async fn a_new_workload_with_a_stale_marker_is_reloaded_at_once() -> Result<()> 
         )
     })
     .await?;
-    expect_replica_sets(&client, &ns.name, &name, 2).await?;
+    // Reloaded once: one template change after the creation, and no other a moment later.
+    // ReplicaSets are not counted: the reload follows the creation at once, and a Deployment
+    // controller that had not yet seen the creation makes one ReplicaSet, of the reloaded template.
+    let generation = || async {
+        let d = api.get(&name).await?;
+        anyhow::Ok(d.metadata.generation.unwrap_or_default())
+    };
+    assert_eq!(
+        generation().await?,
+        2,
+        "one template change after the creation"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(generation().await?, 2, "and no other");
     rk.stop().await?;
     ns.cleanup().await
 }
@@ -611,6 +645,9 @@ async fn invalid_regex_gives_a_warning_event_and_the_rest_works() -> Result<()> 
             .manifest(),
     )
     .await?;
+    // The first ReplicaSet before the change: a template changed before the Deployment controller
+    // saw the first one gets a single ReplicaSet, and the count below would never reach two.
+    expect_replica_sets(&client, &ns.name, "web", 1).await?;
     patch_cm(
         &client,
         &ns.name,
