@@ -195,7 +195,7 @@ async fn run(config: Config) -> Result<()> {
         scope: scope.clone(),
         ready: ready.clone(),
         streaming_lists: streaming_lists(&client, config.streaming_lists).await,
-        catch_up: catch_up.clone(),
+        catch_up,
     });
     let kinds = builtin.iter().chain(optional.iter()).copied().collect();
     let webhook_task = start_webhook(&config, &client, &health, &ctx, kinds, &shutdown).await?;
@@ -210,7 +210,7 @@ async fn run(config: Config) -> Result<()> {
         &health,
         &shutdown,
     )?;
-    let housekeeping = housekeeping(&config, &ctx, catch_up, &leadership);
+    let housekeeping = housekeeping(&config, &ctx, &leadership);
     let housekeeping = tokio::spawn(housekeeping.run(shutdown.clone()));
 
     let tasks = Critical {
@@ -294,15 +294,10 @@ fn start_reloads(
 }
 
 /// The catch-up as the first sync proceeds, then the periodic consistency pass.
-fn housekeeping(
-    config: &Config,
-    ctx: &Ctx,
-    catch_up: Option<Arc<CatchUp>>,
-    leadership: &Leadership,
-) -> Housekeeping {
+fn housekeeping(config: &Config, ctx: &Ctx, leadership: &Leadership) -> Housekeeping {
     Housekeeping {
         index: ctx.index.clone(),
-        catch_up,
+        catch_up: ctx.catch_up.clone(),
         triggers: ctx.sink.triggers().cloned(),
         metrics: ctx.metrics.clone(),
         ready: ctx.ready.clone(),

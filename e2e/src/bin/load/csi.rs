@@ -15,6 +15,7 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use crate::cluster::create_many;
+use crate::measure::mib;
 
 use crate::args::Args;
 
@@ -127,7 +128,6 @@ pub async fn run(client: &Client, args: &Args) -> Result<Value> {
     });
     let dir = args.results_dir()?;
     std::fs::write(dir.join("csi.json"), serde_json::to_string_pretty(&report)?)?;
-    let mib = |b: u64| b as f64 / 1048576.0;
     let md = format!(
         "# CSI: the cost of SecretProviderClassPodStatus objects\n\n\
          `just bench-load --only csi`: {n} status objects (one per pod and class, as the Secrets Store CSI \

@@ -41,6 +41,7 @@ use args::{Args, Part, Sizes};
 use clap::Parser;
 use e2e::admin_client;
 use kube::Client;
+use measure::mib;
 use report::markdown;
 use results::{Comparable, Report, S1Latency, S2Fanout, S6Full, Vs, WriterReport};
 use s1::{s1, s1_baseline};
@@ -236,7 +237,6 @@ fn plots(dir: &std::path::Path, report: &Report, sizes: &Sizes) -> Result<()> {
         "S5: webhook latency at 1000 AdmissionReviews/s",
         &s5_runs,
     )?;
-    let mib = |b: u64| b as f64 / 1048576.0;
     let memory: Vec<(f64, f64, f64)> = report
         .s4_memory_s6_startup
         .iter()

@@ -15,6 +15,11 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// Bytes in MiB.
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / 1048576.0
+}
+
 /// The median of the values, `None` for none.
 pub fn median(mut v: Vec<f64>) -> Option<f64> {
     v.sort_by(f64::total_cmp);

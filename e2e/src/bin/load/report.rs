@@ -1,6 +1,7 @@
 //! The main report: headline figures and the markdown of every scenario.
 
 use crate::args::Sizes;
+use crate::measure::mib;
 use crate::results::{Comparable, Report, S5Phase, S6Full, S4};
 use crate::s5::MEASURES;
 
@@ -131,10 +132,6 @@ pub fn markdown(report: &Report, sizes: &Sizes) -> String {
     let s7 = &main.s7_noop_storm;
     md += &format!("\n## S7 no-op storm: 10 ConfigMaps, annotations changing 20 times a second\n\n{} annotation patches in {} s: {} reloads; rekindle's CPU {:.2}% idle, {:.2}% during the storm.\n", s7.annotation_patches, s7.seconds, s7.reloads, s7.cpu_percent_idle, s7.cpu_percent_storm);
     md
-}
-
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / 1048576.0
 }
 
 fn s6_markdown(s6: &S4) -> String {

@@ -1,6 +1,7 @@
 //! S6 alone (`--only s6`): the full-size start-up, streaming and paged lists.
 
 use crate::args::Args;
+use crate::measure::mib;
 use crate::results::Starts;
 use crate::s4::s4_with;
 use anyhow::Result;
@@ -71,10 +72,6 @@ pub async fn s6_only(client: &Client, args: &Args) -> Result<()> {
     std::fs::write(dir.join("s6.md"), &md)?;
     println!("{md}");
     Ok(())
-}
-
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / 1048576.0
 }
 
 fn secs(v: Option<f64>) -> String {

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::args::Sizes;
 use crate::cluster::{create_many, create_pairs, quiesce, seen, template_watch};
-use crate::measure::{percentile, request_counts, summary};
+use crate::measure::{mib, percentile, request_counts, summary};
 use crate::results::{Paced, Pair, WriterCost, S3, S8, S9};
 
 /// Who applies the change: rekindle (with its debounce flag, None = default) or the bench itself.
@@ -542,7 +542,7 @@ fn pooled_markdown(runs: &[Paced]) -> String {
 fn s9_markdown(s9: &S9) -> String {
     let steps = |v: &[(usize, u64)]| {
         v.iter()
-            .map(|(n, rss)| format!("{n} → {:.1} MiB", *rss as f64 / 1048576.0))
+            .map(|(n, rss)| format!("{n} → {:.1} MiB", mib(*rss)))
             .collect::<Vec<_>>()
             .join(", ")
     };
