@@ -29,7 +29,7 @@ pub struct Options<'a> {
     pub kubeconfig: Option<PathBuf>,
     /// Wait for /ready and for the webhook to answer.
     pub wait_ready: bool,
-    /// Distinguishes several rekindle processes of one test (their webhook registrations).
+    /// Distinguishes several rekindle processes of one test: their webhook registrations and logs.
     pub instance: &'a str,
     /// Extra environment variables.
     pub env: &'a [(&'a str, &'a str)],
@@ -156,10 +156,11 @@ fn sample(body: &str, series: &str) -> f64 {
 
 impl Rekindle {
     pub async fn start(client: &Client, namespaces: &[&str], options: Options<'_>) -> Result<Self> {
-        let registration = format!(
-            "rekindle-e2e-{}",
-            namespaces.first().ok_or_else(|| anyhow!("no namespace"))?
-        );
+        let namespace = namespaces.first().ok_or_else(|| anyhow!("no namespace"))?;
+        let registration = match options.instance {
+            "" => format!("rekindle-e2e-{namespace}"),
+            instance => format!("rekindle-e2e-{namespace}-{instance}"),
+        };
         let [admin_port, webhook_port] = free_ports()?;
         let mut r = Self {
             child: None,

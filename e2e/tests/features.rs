@@ -438,7 +438,7 @@ async fn with_ha_only_the_leader_writes_and_failover_loses_nothing() -> Result<(
         Options {
             args: &ha,
             env: &env_a,
-            instance: "-a",
+            instance: "a",
             ..Default::default()
         },
     )
@@ -459,7 +459,7 @@ async fn with_ha_only_the_leader_writes_and_failover_loses_nothing() -> Result<(
         Options {
             args: &ha,
             env: &env_b,
-            instance: "-b",
+            instance: "b",
             ..Default::default()
         },
     )
@@ -1213,7 +1213,9 @@ const HALTED: &str = "/metadata/annotations/rekindle.io~1reload-halted";
 /// Canaries and halts: a canary whose new pods are refused (a ValidatingAdmissionPolicy admits only
 /// the configuration it started with) fails its rollout at its progress deadline; the change is
 /// halted (the annotation, a Warning Event, the metric) and the other workloads wait. When the canary
-/// recovers (the policy goes), the halt ends and each of the others reloads once.
+/// recovers (the policy goes), the halt ends and each of the others reloads once. Another
+/// installation in the cluster, which indexes the workloads but serves none of this namespace (nor
+/// sees its ConfigMap), leaves the halt alone.
 #[tokio::test]
 async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
     let client = admin_client().await?;
@@ -1249,6 +1251,25 @@ async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
     let stamped = env_value(&get_json(&deployments, "canary").await?, MARKER_ENV)
         .ok_or_else(|| anyhow::anyhow!("the canary was not stamped"))?;
     let policy = refuse_new_pods(&client, &ns.name, &["canary"], &stamped).await?;
+    let elsewhere = format!(
+        "--namespace-selector=e2e.rekindle.io/selected:none-{}",
+        ns.name
+    );
+    let another = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &[
+                &elsewhere,
+                "--resource-label-selector=e2e.rekindle.io/another=yes",
+            ],
+            cluster_wide: true,
+            webhook: false,
+            instance: "another",
+            ..Default::default()
+        },
+    )
+    .await?;
 
     change_cm(&client, &ns.name, "app-config", "broken").await?;
     let halted = wait_for("the canary's halt", Duration::from_secs(90), || async {
@@ -1280,6 +1301,7 @@ async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
         Some("canary")
     );
     assert_eq!(halts.items[0].type_.as_deref(), Some("Warning"));
+    another.stop().await?;
     // The halt lives in the annotation: a restarted rekindle holds the others back all the same
     // (its writer waits for every workload watch to list before it writes what is owed).
     rk.kill().await?;
@@ -1481,6 +1503,7 @@ async fn canary_state(rk: &Rekindle, deployments: &Api<DynamicObject>) -> String
             workload_writes(ns.as_deref().unwrap_or_default())
         ));
     }
+    state.push(format!("rekindle's log: {}", rk.log.display()));
     state.join("; ")
 }
 
@@ -1491,8 +1514,15 @@ fn workload_writes(ns: &str) -> String {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e.pointer("/objectRef/namespace").and_then(Value::as_str) == Some(ns))
         .map(|e| {
+            let asked: String = e
+                .get("requestObject")
+                .map(Value::to_string)
+                .unwrap_or_default()
+                .chars()
+                .take(400)
+                .collect();
             format!(
-                "{} {} {} by {} ({})",
+                "{} {} {} by {} ({}) {asked}",
                 e["stageTimestamp"].as_str().unwrap_or_default(),
                 e["verb"].as_str().unwrap_or_default(),
                 e.pointer("/objectRef/name")

@@ -181,6 +181,7 @@ async fn run(config: Config) -> Result<()> {
         config.max_rollouts_in_progress,
         config.rollout_timeout,
         config.halt_on_failed_rollout,
+        scope.clone(),
         metrics.clone(),
     );
     let sink = sink(&config, &index, &queue, &scope, &metrics, rollouts)?;

@@ -5,7 +5,7 @@
 //! A rollout counts from the moment the writer takes its slot until the workload watch shows the kind's
 //! own status finished or failed (`core::rollout`) for the generation rekindle wrote, or until
 //! `--rollout-timeout`. What counts lives in memory: a replica that begins to lead cannot tell who
-//! started a rollout still running, so it counts every unfinished rollout of the workloads it indexes
+//! started a rollout still running, so it counts every unfinished rollout of the workloads it serves
 //! (the budget is never exceeded across a restart or a leader change; such a rollout frees its slot
 //! when it finishes or times out).
 
@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::config::scope::ScopeFilter;
 use crate::core::refs::ResourceRef;
 use crate::core::release::HaltedChange;
 use crate::core::rollout::{self, Failure, Progress};
@@ -31,6 +32,8 @@ pub struct Rollouts {
     /// canaries').
     halt_on_failure: bool,
     state: Mutex<State>,
+    /// The workloads this replica serves: only their running rollouts count when it begins to lead.
+    scope: Arc<ScopeFilter>,
     /// A slot was freed or a rollout failed.
     pub(super) changed: Notify,
     metrics: Arc<Metrics>,
@@ -101,6 +104,7 @@ impl Rollouts {
         max: usize,
         timeout: Duration,
         halt_on_failure: bool,
+        scope: Arc<ScopeFilter>,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         // Every reason at 0 from the start: canaries' rollouts are followed whatever the flags.
@@ -114,9 +118,17 @@ impl Rollouts {
             timeout,
             halt_on_failure,
             state: Mutex::default(),
+            scope,
             changed: Notify::new(),
             metrics,
         })
+    }
+
+    /// Whether this replica serves the workload (its namespace and kind are in scope). Another
+    /// installation's workloads in the same cluster are indexed all the same: their rollouts and
+    /// halts are that installation's.
+    pub fn serves(&self, key: &WorkloadKey) -> bool {
+        self.scope.covers(key.kind, &key.namespace)
     }
 
     /// Whether reloads of this workload take a budget slot.
@@ -336,6 +348,7 @@ impl Rollouts {
             let running: Vec<(WorkloadKey, i64)> = state
                 .unfinished
                 .iter()
+                .filter(|(k, _)| self.serves(k))
                 .map(|(k, g)| (k.clone(), *g))
                 .collect();
             if !running.is_empty() {
@@ -388,7 +401,13 @@ pub(crate) mod tests {
     /// Leading, with nothing running when it began to.
     fn rollouts(max: usize) -> Arc<Rollouts> {
         let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
-        let r = Rollouts::new(max, Duration::from_secs(600), false, metrics);
+        let r = Rollouts::new(
+            max,
+            Duration::from_secs(600),
+            false,
+            Arc::default(),
+            metrics,
+        );
         r.tick(true, true, Instant::now());
         r
     }
@@ -494,6 +513,24 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_new_leader_counts_only_the_rollouts_of_workloads_it_serves() {
+        let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
+        let scope = ScopeFilter::new(&crate::config::Scope {
+            namespaces: Some(["ns".to_string()].into()),
+            ..Default::default()
+        });
+        let r = Rollouts::new(2, Duration::from_secs(600), false, Arc::new(scope), metrics);
+        let elsewhere = WorkloadKey {
+            namespace: "other".into(),
+            ..key("a")
+        };
+        observe(&r, &key("a"), &deployment(3, false));
+        observe(&r, &elsewhere, &deployment(3, false));
+        assert_eq!(r.tick(true, true, Instant::now()), 1, "one slot left");
+        assert!(r.serves(&key("a")) && !r.serves(&elsewhere));
+    }
+
+    #[test]
     fn a_new_leader_counts_the_rollouts_already_running() {
         let r = rollouts(2);
         observe(&r, &key("a"), &deployment(3, false));
@@ -524,7 +561,13 @@ pub(crate) mod tests {
     #[test]
     fn a_failed_canary_halts_its_changes_and_others_only_with_the_flag() {
         let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
-        let plain = Rollouts::new(0, Duration::from_secs(600), false, metrics.clone());
+        let plain = Rollouts::new(
+            0,
+            Duration::from_secs(600),
+            false,
+            Arc::default(),
+            metrics.clone(),
+        );
         plain.written(&key("web"), &deployment(2, false), change(), false);
         assert_eq!(plain.in_progress(), 0, "nothing to follow it for");
         plain.written(&key("canary"), &deployment(2, false), change(), true);
@@ -535,7 +578,7 @@ pub(crate) mod tests {
         assert_eq!(failed[0].changes, change());
         assert!(plain.take_failed().is_empty(), "handed over once");
 
-        let halting = Rollouts::new(0, Duration::from_secs(600), true, metrics);
+        let halting = Rollouts::new(0, Duration::from_secs(600), true, Arc::default(), metrics);
         halting.written(&key("web"), &deployment(2, false), change(), false);
         observe(&halting, &key("web"), &deployment(2, true));
         assert!(halting.take_failed().is_empty(), "it finished");
@@ -550,7 +593,7 @@ pub(crate) mod tests {
     #[test]
     fn a_failure_that_halts_holds_its_change_until_the_halt_is_written() {
         let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
-        let r = Rollouts::new(1, Duration::from_secs(600), true, metrics);
+        let r = Rollouts::new(1, Duration::from_secs(600), true, Arc::default(), metrics);
         r.tick(true, true, Instant::now());
         let c = &change()[0];
         let cm = ResourceRef {

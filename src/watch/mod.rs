@@ -209,7 +209,7 @@ impl Ctx {
             index: index.clone(),
             sink: Sink::Reload {
                 triggers: Triggers::new(index, queue, scope.clone(), metrics.clone()),
-                rollouts: Rollouts::new(0, Duration::ZERO, false, metrics.clone()),
+                rollouts: Rollouts::new(0, Duration::ZERO, false, scope.clone(), metrics.clone()),
             },
             metrics,
             scope,

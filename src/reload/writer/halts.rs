@@ -128,16 +128,22 @@ impl Writer {
     }
 
     /// Why the halt the workload carries is over, if it is: the workload is healthy again, or none of
-    /// its changes is current any more.
+    /// its changes is current any more. Only for a workload this replica serves: a halt in a namespace
+    /// it does not serve was written by another installation, which judges it.
     pub(super) fn halt_over(&self, key: &WorkloadKey, release: &Release) -> Option<&'static str> {
+        if !self.rollouts.serves(key) {
+            return None;
+        }
         let halt = release.halt()?;
         if release.progress == Progress::Finished {
             return Some("its rollout is healthy again");
         }
+        // A resource missing from the index (a kind not watched, outside the label selector, or
+        // deleted) is no evidence of a newer change: only another hash is.
         let current = halt.changes.iter().any(|c| {
             self.index
                 .resource(&ResourceKey::new(c.kind, &key.namespace, &c.name))
-                .is_some_and(|r| *r.hash == c.hash)
+                .is_none_or(|r| *r.hash == c.hash)
         });
         (!current).then_some("the resource changed again")
     }

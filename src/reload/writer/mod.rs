@@ -183,7 +183,7 @@ impl Writer {
             leadership,
             alerter: None,
             default_window: None,
-            rollouts: Rollouts::new(0, Duration::ZERO, false, metrics.clone()),
+            rollouts: Rollouts::new(0, Duration::ZERO, false, Arc::default(), metrics.clone()),
             sync: None,
             recreates: None,
             warned: Mutex::default(),

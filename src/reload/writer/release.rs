@@ -109,7 +109,8 @@ impl Writer {
                     let see = format!("see its {HALTED_ANNOTATION} annotation");
                     return Some((Deferred::Halt, halted(r, &peer, &halt.reason, &see)));
                 }
-                if own_canary || !release.canary || peer == *key {
+                // A canary this replica never reloads (a kind it ignores) has nothing to go first with.
+                if own_canary || !release.canary || peer == *key || !self.rollouts.serves(&peer) {
                     continue;
                 }
                 let waiting = if marker.as_deref() == Some(hash) {

@@ -11,6 +11,8 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::Writer;
+use crate::config::scope::ScopeFilter;
+use crate::config::Scope;
 use crate::core::plan::PlanConfig;
 use crate::core::refs::ResourceRef;
 use crate::core::release::HaltedChange;
@@ -20,6 +22,7 @@ use crate::metrics::{Metrics, ReasonLabels};
 use crate::mock_api::{serve, status, ApiServer, Seen};
 use crate::reload::lease::Leadership;
 use crate::reload::queue::{retry_delay, Deferred, Finished, Pending, Queue, QueueConfig};
+use crate::reload::rollouts::Rollouts;
 
 fn deployment(rv: &str) -> Value {
     json!({
@@ -783,4 +786,158 @@ async fn the_writer_writes_a_failed_rollouts_halt_and_ends_it_when_healthy() {
         .filter_map(|e| e["reason"].as_str())
         .collect();
     assert_eq!(reasons, ["ReloadHalted", "ReloadResumed"]);
+}
+
+/// A halt is judged over only by a replica serving the workload, and only on evidence: the workload
+/// healthy again, or the change's resource at another hash. A resource the index lacks (a kind not
+/// watched, outside the label selector, deleted) proves nothing; another installation's halt in a
+/// namespace this replica does not serve is that installation's.
+#[tokio::test]
+async fn a_halt_is_over_only_on_evidence_and_only_where_the_replica_serves() {
+    let serving = |namespace: &str| {
+        writer_serving(ScopeFilter::new(&Scope {
+            namespaces: Some([namespace.to_string()].into()),
+            ..Default::default()
+        }))
+    };
+    let key = WorkloadKey {
+        kind: WorkloadKind::Deployment,
+        namespace: "ns".into(),
+        name: "canary".into(),
+    };
+    let cfg = ResourceKey::new(ResourceKind::ConfigMap, "ns", "cfg");
+    let halted = |healthy: bool| {
+        let halt = json!({"reason": "progress_deadline",
+            "changes": [{"kind": "ConfigMap", "name": "cfg", "hash": "h2"}]});
+        let mut c = canary(
+            Some("h2"),
+            json!({"rekindle.io/reload-halted": halt.to_string()}),
+            healthy,
+        );
+        if !healthy {
+            c["status"]["conditions"][0]["reason"] = json!("ProgressDeadlineExceeded");
+        }
+        c
+    };
+    let over = |w: &Writer, object: &Value, hash: Option<&str>| {
+        let entry = WorkloadEntry::from_stored(&w.plan, object, WorkloadKind::Deployment);
+        w.index.apply_workload(key.clone(), entry);
+        match hash {
+            Some(h) => {
+                w.index.update_resource(
+                    &cfg,
+                    ResourceEntry {
+                        hash: h.into(),
+                        flags: Default::default(),
+                    },
+                );
+            }
+            None => {
+                w.index.remove_resource(&cfg);
+            }
+        }
+        let release = w.index.release_of(&key).unwrap();
+        w.halt_over(&key, &release)
+    };
+    let here = serving("ns");
+    assert_eq!(
+        over(&here, &halted(false), Some("h2")),
+        None,
+        "still current"
+    );
+    assert_eq!(
+        over(&here, &halted(false), Some("h3")),
+        Some("the resource changed again")
+    );
+    assert_eq!(
+        over(&here, &halted(false), None),
+        None,
+        "a resource it does not see"
+    );
+    assert_eq!(
+        over(&here, &halted(true), Some("h2")),
+        Some("its rollout is healthy again")
+    );
+    let elsewhere = serving("other");
+    for (healthy, hash) in [(true, Some("h2")), (false, Some("h3")), (false, None)] {
+        assert_eq!(
+            over(&elsewhere, &halted(healthy), hash),
+            None,
+            "another installation's halt ({healthy}, {hash:?})"
+        );
+    }
+}
+
+/// A writer (no apiserver behind it) serving the workloads `scope` covers, its index empty.
+fn writer_serving(scope: ScopeFilter) -> Writer {
+    let (client, _) = crate::mock_api::client();
+    let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
+    let reporter = Reporter {
+        controller: "rekindle".into(),
+        instance: None,
+    };
+    let mut writer = Writer::new(
+        client.clone(),
+        PlanConfig::default(),
+        Arc::new(Index::new()),
+        Arc::new(Queue::new(QueueConfig {
+            debounce: Default::default(),
+            debounce_max: Default::default(),
+            min_interval: Default::default(),
+        })),
+        metrics.clone(),
+        Recorder::new(client, reporter),
+        1,
+        Leadership::always(),
+    );
+    writer.rollouts = Rollouts::new(0, Duration::ZERO, false, Arc::new(scope), metrics);
+    writer
+}
+
+/// A canary of a kind this replica ignores never reloads here: the others do not wait for it.
+#[tokio::test]
+async fn a_canary_the_replica_does_not_serve_holds_nothing() {
+    for (ignored, holds) in [(vec![], true), (vec![WorkloadKind::Deployment], false)] {
+        let w = writer_serving(ScopeFilter::new(&Scope::default()).ignoring_kinds(ignored));
+        w.index.update_resource(
+            &ResourceKey::new(ResourceKind::ConfigMap, "ns", "cfg"),
+            ResourceEntry {
+                hash: "h2".into(),
+                flags: Default::default(),
+            },
+        );
+        for (name, object) in [
+            ("canary", canary(Some("h1"), json!({}), true)),
+            ("web", deployment("1")),
+        ] {
+            let key = WorkloadKey {
+                kind: WorkloadKind::Deployment,
+                namespace: "ns".into(),
+                name: name.into(),
+            };
+            let entry = WorkloadEntry::from_stored(&w.plan, &object, WorkloadKind::Deployment);
+            w.index.apply_workload(key, entry);
+        }
+        let web = WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: "ns".into(),
+            name: "web".into(),
+        };
+        let pending = Pending {
+            failures: 0,
+            deferred: None,
+            upkeep: Default::default(),
+            first: Instant::now(),
+            due: Instant::now(),
+            causes: BTreeMap::from([(
+                ResourceRef {
+                    kind: ResourceKind::ConfigMap,
+                    name: "cfg".into(),
+                },
+                Instant::now(),
+            )]),
+        };
+        let hold = w.release_hold(&web, &pending).map(|(reason, _)| reason);
+        assert_eq!(hold.is_some(), holds, "{hold:?}");
+    }
 }
