@@ -1350,6 +1350,178 @@ async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
     Ok(())
 }
 
+/// The two other ends of a halt. A new change of the halted resource ends the halt and starts a new
+/// wave, canary first: the canary (whose new pods are still refused) reloads alone and fails again, and
+/// the change is halted anew at its new hash, the others still waiting. An operator then removes the
+/// annotation: the others reload once each, to the newest change, and rekindle does not write the halt
+/// back although the canary is still failing.
+#[tokio::test]
+async fn a_new_change_starts_a_new_wave_and_an_operator_can_lift_a_halt() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-wave").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--reload-debounce=0"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    let mut canary = deployment("canary")
+        .annotations(
+            json!({"reloader.stakater.com/auto": "true", "rekindle.io/reload-canary": "true"}),
+        )
+        .uses_configmap("app-config")
+        .build();
+    canary["spec"]["progressDeadlineSeconds"] = json!(5);
+    apply_value(&client, Some(&ns.name), canary).await?;
+    for name in ["b", "c"] {
+        deployment(name)
+            .auto()
+            .uses_configmap("app-config")
+            .apply(&client, &ns.name)
+            .await?;
+    }
+    rk.wait_indexed(3.0).await?;
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    wait_rollouts_finished(&deployments, 3).await?;
+    let stamped = env_value(&get_json(&deployments, "canary").await?, MARKER_ENV)
+        .ok_or_else(|| anyhow::anyhow!("the canary was not stamped"))?;
+    let policy = refuse_new_pods(&client, &ns.name, &["canary"], &stamped).await?;
+    let halt_of =
+        |d: &Value| -> Option<Value> { serde_json::from_str(d.pointer(HALTED)?.as_str()?).ok() };
+    let halted_at = |hash: Option<String>| {
+        let deployments = deployments.clone();
+        async move {
+            let c = get_json(&deployments, "canary").await?;
+            let halt = halt_of(&c);
+            let at = halt.as_ref().and_then(|h| h["changes"][0]["hash"].as_str());
+            let marker = env_value(&c, MARKER_ENV);
+            // A halt of the change the canary now carries, other than `hash`.
+            let new = at.is_some() && at == marker.as_deref() && at != hash.as_deref();
+            Ok(new.then(|| at.unwrap_or_default().to_string()))
+        }
+    };
+
+    change_cm(&client, &ns.name, "app-config", "broken").await?;
+    let first = wait_for("the first halt", Duration::from_secs(90), || {
+        halted_at(None)
+    })
+    .await;
+    let first = described(first, &rk, &deployments).await?;
+    halt_holds(
+        &rk,
+        &deployments,
+        2.0,
+        "the others to wait for the first halt",
+    )
+    .await?;
+
+    change_cm(&client, &ns.name, "app-config", "broken again").await?;
+    let second = wait_for("the new wave's halt", Duration::from_secs(90), || {
+        halted_at(Some(first.clone()))
+    })
+    .await;
+    let second = described(second, &rk, &deployments).await?;
+    assert_ne!(second, first);
+    halt_holds(
+        &rk,
+        &deployments,
+        2.0,
+        "the others to wait for the new halt",
+    )
+    .await?;
+    // The canary reloaded once per change; the others never.
+    expect_replica_sets(&client, &ns.name, "canary", 3).await?;
+    for name in ["b", "c"] {
+        assert_eq!(
+            generation(&get_json(&deployments, name).await?),
+            1,
+            "{name} waits"
+        );
+    }
+    let events = |reason: &'static str| {
+        let events = Api::<Event>::namespaced(client.clone(), &ns.name);
+        async move {
+            let listed = events
+                .list(&ListParams::default().fields(&format!("reason={reason}")))
+                .await?;
+            // The recorder folds a repeated Event into a series: count its occurrences.
+            let occurrences = |e: &Event| {
+                let series = e.series.as_ref().and_then(|s| s.count).unwrap_or(0);
+                e.count.unwrap_or(0).max(series).max(1)
+            };
+            Ok::<_, anyhow::Error>(listed.items.iter().map(occurrences).sum::<i32>())
+        }
+    };
+    assert_eq!(events("ReloadHalted").await?, 2);
+    assert_eq!(events("ReloadResumed").await?, 1, "the first halt ended");
+
+    // An operator lifts the halt while the canary still fails: the halt is not written again, and the
+    // others wait for the canary instead.
+    let lift = |annotation: &str| {
+        let patch = json!({"metadata": {"annotations": {annotation: null}}});
+        let deployments = deployments.clone();
+        async move {
+            deployments
+                .patch("canary", &PatchParams::default(), &Patch::Merge(patch))
+                .await
+        }
+    };
+    lift("rekindle.io/reload-halted").await?;
+    let waiting = wait_for("the others to wait for the canary", TIMEOUT, || async {
+        let canary = rk
+            .metric("rekindle_reloads_deferred{reason=\"canary\"}")
+            .await?;
+        let halt = rk
+            .metric("rekindle_reloads_deferred{reason=\"halt\"}")
+            .await?;
+        Ok((canary == 2.0 && halt == 0.0).then_some(()))
+    })
+    .await;
+    described(waiting, &rk, &deployments).await?;
+    for name in ["b", "c"] {
+        assert_eq!(
+            generation(&get_json(&deployments, name).await?),
+            1,
+            "{name} still waits"
+        );
+    }
+    assert!(
+        get_json(&deployments, "canary")
+            .await?
+            .pointer(HALTED)
+            .is_none(),
+        "not written back"
+    );
+    // Without its canary annotation the failed workload orders nothing: the others reload once, to the
+    // newest change.
+    lift("rekindle.io/reload-canary").await?;
+    let reloaded = wait_for("the others to reload", TIMEOUT, || async {
+        let mut done = true;
+        for name in ["b", "c"] {
+            let d = get_json(&deployments, name).await?;
+            done &= env_value(&d, MARKER_ENV).as_deref() == Some(second.as_str());
+        }
+        Ok(done.then_some(()))
+    })
+    .await;
+    described(reloaded, &rk, &deployments).await?;
+    rk.settled(0.0).await?;
+    for name in ["b", "c"] {
+        expect_replica_sets(&client, &ns.name, name, 2).await?;
+    }
+    let canary = get_json(&deployments, "canary").await?;
+    assert!(canary.pointer(HALTED).is_none(), "not written back");
+    assert_eq!(events("ReloadHalted").await?, 2);
+    assert_eq!(rk.metric("rekindle_reloads_halted ").await?, 0.0);
+    policy.remove(&client).await?;
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
 /// `--halt-on-failed-rollout` with the rollout budget: two workloads are owed a change and the new
 /// pods of both are refused. Whichever takes the only slot first fails its rollout; the change is
 /// halted on it without any canary, and the other, which waited for the slot, waits for the halt

@@ -76,7 +76,10 @@ pub fn progress(kind: WorkloadKind, obj: &Value) -> Progress {
     let status = |field: &str| int(obj, &format!("/status/{field}")).unwrap_or(0);
     match kind {
         WorkloadKind::Deployment => {
-            if condition_reason(obj, "Progressing") == Some("ProgressDeadlineExceeded") {
+            // Until the controller has seen the latest spec, a deadline exceeded is the previous
+            // rollout's (its condition stays until the new ReplicaSet is created).
+            if caught_up && condition_reason(obj, "Progressing") == Some("ProgressDeadlineExceeded")
+            {
                 return Progress::Failed(Failure::ProgressDeadline);
             }
             let done = caught_up
@@ -103,7 +106,9 @@ pub fn progress(kind: WorkloadKind, obj: &Value) -> Progress {
             finished_if(done)
         }
         WorkloadKind::Rollout => match refs::at(obj, "/status/phase").and_then(Value::as_str) {
-            Some("Degraded") => Progress::Failed(Failure::Degraded),
+            Some("Degraded") if caught_up || observed.is_none() => {
+                Progress::Failed(Failure::Degraded)
+            }
             Some("Healthy") if caught_up || observed.is_none() => Progress::Finished,
             _ => Progress::Progressing,
         },
@@ -182,8 +187,16 @@ mod tests {
             "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
         });
         assert_eq!(
-            progress(WorkloadKind::Deployment, &deployment(status)),
+            progress(WorkloadKind::Deployment, &deployment(status.clone())),
             Progress::Failed(Failure::ProgressDeadline)
+        );
+        // Written again (generation 4) before the controller saw it: the condition is the previous
+        // rollout's, and the new one has only begun.
+        let mut written = deployment(status);
+        written["metadata"]["generation"] = json!(4);
+        assert_eq!(
+            progress(WorkloadKind::Deployment, &written),
+            Progress::Progressing
         );
     }
 
@@ -259,6 +272,11 @@ mod tests {
         assert_eq!(
             progress(WorkloadKind::Rollout, &obj("Degraded", "5")),
             Progress::Failed(Failure::Degraded)
+        );
+        assert_eq!(
+            progress(WorkloadKind::Rollout, &obj("Degraded", "4")),
+            Progress::Progressing,
+            "the previous spec's"
         );
     }
 
