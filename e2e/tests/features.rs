@@ -1522,6 +1522,80 @@ async fn a_new_change_starts_a_new_wave_and_an_operator_can_lift_a_halt() -> Res
     ns.cleanup().await
 }
 
+/// A canary's rollout started by one rekindle process fails after a restart: the new process follows
+/// the rollout it finds running (the changes are the canary's markers) and halts the change when the
+/// rollout fails, so the others still wait for the halt, not only for the canary.
+#[tokio::test]
+async fn a_canary_failing_after_a_restart_still_halts_its_change() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-canary-restart").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let mut rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--reload-debounce=0"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    let mut canary = deployment("canary")
+        .annotations(
+            json!({"reloader.stakater.com/auto": "true", "rekindle.io/reload-canary": "true"}),
+        )
+        .uses_configmap("app-config")
+        .build();
+    // Long enough for the restart to come before the deadline.
+    canary["spec"]["progressDeadlineSeconds"] = json!(15);
+    apply_value(&client, Some(&ns.name), canary).await?;
+    deployment("b")
+        .auto()
+        .uses_configmap("app-config")
+        .apply(&client, &ns.name)
+        .await?;
+    rk.wait_indexed(2.0).await?;
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    wait_rollouts_finished(&deployments, 2).await?;
+    let stamped = env_value(&get_json(&deployments, "canary").await?, MARKER_ENV)
+        .ok_or_else(|| anyhow::anyhow!("the canary was not stamped"))?;
+    let policy = refuse_new_pods(&client, &ns.name, &["canary"], &stamped).await?;
+
+    change_cm(&client, &ns.name, "app-config", "broken").await?;
+    wait_for("the canary's reload", TIMEOUT, || async {
+        let c = get_json(&deployments, "canary").await?;
+        Ok(env_value(&c, MARKER_ENV)
+            .filter(|m| *m != stamped)
+            .map(|_| ()))
+    })
+    .await?;
+    rk.kill().await?;
+    rk.restart().await?;
+    let halted = wait_for("the canary's halt", Duration::from_secs(90), || async {
+        let c = get_json(&deployments, "canary").await?;
+        Ok(c.pointer(HALTED).and_then(Value::as_str).map(String::from))
+    })
+    .await;
+    let halted = described(halted, &rk, &deployments).await?;
+    let halt: Value = serde_json::from_str(&halted)?;
+    let marker = env_value(&get_json(&deployments, "canary").await?, MARKER_ENV);
+    assert_eq!(halt["reason"], "progress_deadline", "{halt}");
+    assert_eq!(halt["changes"][0]["name"], "app-config", "{halt}");
+    assert_eq!(
+        halt["changes"][0]["hash"].as_str(),
+        marker.as_deref(),
+        "{halt}"
+    );
+    halt_holds(&rk, &deployments, 1.0, "b to wait for the halt").await?;
+    assert_eq!(
+        generation(&get_json(&deployments, "b").await?),
+        1,
+        "b waits"
+    );
+    policy.remove(&client).await?;
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
 /// `--halt-on-failed-rollout` with the rollout budget: two workloads are owed a change and the new
 /// pods of both are refused. Whichever takes the only slot first fails its rollout; the change is
 /// halted on it without any canary, and the other, which waited for the slot, waits for the halt

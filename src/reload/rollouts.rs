@@ -7,7 +7,8 @@
 //! `--rollout-timeout`. What counts lives in memory: a replica that begins to lead cannot tell who
 //! started a rollout still running, so it counts every unfinished rollout of the workloads it serves
 //! (the budget is never exceeded across a restart or a leader change; such a rollout frees its slot
-//! when it finishes or times out).
+//! when it finishes or times out), and follows every canary's: a canary that fails after a leader
+//! change still halts the changes its markers carry.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,7 +22,7 @@ use crate::config::scope::ScopeFilter;
 use crate::core::refs::ResourceRef;
 use crate::core::release::HaltedChange;
 use crate::core::rollout::{self, Failure, Progress};
-use crate::index::WorkloadKey;
+use crate::index::{WorkloadEntry, WorkloadKey};
 use crate::metrics::{Metrics, ReasonLabels};
 
 pub struct Rollouts {
@@ -54,9 +55,9 @@ pub struct FailedRollout {
 struct State {
     /// The rollouts counted against the budget.
     in_progress: HashMap<WorkloadKey, Slot>,
-    /// Every watched workload whose rollout has not finished, with its generation: what a replica
-    /// that begins to lead counts.
-    unfinished: HashMap<WorkloadKey, i64>,
+    /// Every watched workload whose rollout has not finished: what a replica that begins to lead
+    /// counts (with the budget) and follows (a canary's, whose failure halts the changes it carries).
+    unfinished: HashMap<WorkloadKey, Running>,
     /// Whether `in_progress` holds this leadership's count (taken once the watches have synced;
     /// until then no budget slot is given).
     seeded: bool,
@@ -65,6 +66,14 @@ struct State {
     /// Failures that halt their changes, until the halt is in the workload's annotation: the writer
     /// holds those changes meanwhile, so a slot the failure freed goes to no reload of them.
     halting: Vec<FailedRollout>,
+}
+
+/// A rollout the watch saw unfinished, started by whoever.
+struct Running {
+    generation: i64,
+    canary: bool,
+    /// A canary's markers: the changes its rollout carries.
+    changes: Vec<HaltedChange>,
 }
 
 struct Slot {
@@ -222,16 +231,35 @@ impl Rollouts {
         }
     }
 
-    /// The watch saw the workload at `generation`, its rollout at `progress` (read once, by the
-    /// index's record): a rollout that finished or failed frees its slot.
-    pub fn observe(&self, key: &WorkloadKey, progress: Progress, generation: i64) {
+    /// The watch saw the workload at `generation`, as the index records it (its rollout's progress
+    /// read once): a rollout that finished or failed frees its slot.
+    pub fn observe(&self, key: &WorkloadKey, entry: &WorkloadEntry, generation: i64) {
         if !rollout::tracked(key.kind) {
             return;
         }
+        let progress = entry.release.progress;
+        let canary = entry.release.canary;
         let mut state = self.lock();
         if progress == Progress::Progressing {
-            if self.max > 0 {
-                state.unfinished.insert(key.clone(), generation);
+            if self.max > 0 || canary {
+                let changes = if canary {
+                    entry
+                        .markers()
+                        .map(|(r, hash)| HaltedChange {
+                            kind: r.kind,
+                            name: r.name.clone(),
+                            hash: hash.into(),
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let running = Running {
+                    generation,
+                    canary,
+                    changes,
+                };
+                state.unfinished.insert(key.clone(), running);
             }
             return;
         }
@@ -345,11 +373,19 @@ impl Rollouts {
             if !synced {
                 return 0;
             }
-            let running: Vec<(WorkloadKey, i64)> = state
+            let running: Vec<(WorkloadKey, Slot)> = state
                 .unfinished
                 .iter()
                 .filter(|(k, _)| self.serves(k))
-                .map(|(k, g)| (k.clone(), *g))
+                .map(|(k, r)| {
+                    let slot = Slot {
+                        generation: Some(r.generation),
+                        changes: r.changes.clone(),
+                        canary: r.canary,
+                        ..Slot::reserved(now)
+                    };
+                    (k.clone(), slot)
+                })
                 .collect();
             if !running.is_empty() {
                 tracing::info!(
@@ -357,11 +393,8 @@ impl Rollouts {
                     "counting the rollouts running as this replica begins to lead"
                 );
             }
-            for (key, generation) in running {
-                state.in_progress.entry(key).or_insert(Slot {
-                    generation: Some(generation),
-                    ..Slot::reserved(now)
-                });
+            for (key, slot) in running {
+                state.in_progress.entry(key).or_insert(slot);
             }
             state.seeded = true;
         }
@@ -425,11 +458,8 @@ pub(crate) mod tests {
 
     /// The watch delivering `obj`, read as the index reads it.
     pub(crate) fn observe(r: &Rollouts, key: &WorkloadKey, obj: &serde_json::Value) {
-        r.observe(
-            key,
-            rollout::progress(key.kind, obj),
-            rollout::generation(obj),
-        );
+        let entry = WorkloadEntry::from_stored(&Default::default(), obj, key.kind);
+        r.observe(key, &entry, rollout::generation(obj));
     }
 
     fn failed(generation: i64) -> serde_json::Value {
@@ -510,6 +540,36 @@ pub(crate) mod tests {
         assert_eq!(r.tick(true, true, now + Duration::from_secs(599)), 0);
         assert_eq!(r.tick(true, true, now + Duration::from_secs(600)), 1);
         assert_eq!(r.in_progress(), 0);
+    }
+
+    #[test]
+    fn a_new_leader_follows_a_running_canary_and_halts_its_changes_when_it_fails() {
+        let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
+        let r = Rollouts::new(0, Duration::from_secs(600), false, Arc::default(), metrics);
+        let canary = |reason: &str| {
+            json!({"metadata": {"generation": 3, "annotations": {"rekindle.io/reload-canary": "true"}},
+                "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "app",
+                    "envFrom": [{"configMapRef": {"name": "cfg"}}],
+                    "env": [{"name": "STAKATER_CFG_CONFIGMAP", "value": "h2"}]}]}}},
+                "status": {"observedGeneration": 3, "replicas": 1, "updatedReplicas": 0,
+                    "availableReplicas": 1, "conditions": [{"type": "Progressing", "reason": reason}]}})
+        };
+        // Seen rolling before this replica leads (another leader started it).
+        observe(&r, &key("canary"), &canary("ReplicaSetUpdated"));
+        r.tick(true, true, Instant::now());
+        observe(&r, &key("canary"), &canary("ProgressDeadlineExceeded"));
+        let failed = r.take_failed();
+        assert_eq!(failed.len(), 1, "{failed:?}");
+        assert!(failed[0].halts);
+        assert_eq!(
+            failed[0].changes,
+            [HaltedChange {
+                kind: crate::core::ResourceKind::ConfigMap,
+                name: "cfg".into(),
+                hash: "h2".into(),
+            }]
+        );
+        assert!(r.halt_owed(&key("canary")).is_some());
     }
 
     #[test]

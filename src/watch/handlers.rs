@@ -270,7 +270,7 @@ impl Handler<DynamicObject> for Workloads {
                 }
             }
             let generation = obj.metadata.generation.unwrap_or(0);
-            rollouts.observe(&key, entry.release.progress, generation);
+            rollouts.observe(&key, &entry, generation);
         }
         let new = ctx.index.apply_workload(key.clone(), entry);
         if new && live {
