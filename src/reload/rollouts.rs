@@ -238,7 +238,8 @@ impl Rollouts {
             return;
         }
         let progress = entry.release.progress;
-        let canary = entry.release.canary;
+        // A canary's first rollout (its creation, generation 1) carries no change to halt.
+        let canary = entry.release.canary && generation > 1;
         let mut state = self.lock();
         if progress == Progress::Progressing {
             if self.max > 0 || canary {
@@ -570,6 +571,17 @@ pub(crate) mod tests {
             }]
         );
         assert!(r.halt_owed(&key("canary")).is_some());
+        // A canary just created (generation 1) that fails its first rollout halts nothing.
+        let r = rollouts(0);
+        let mut created = canary("ReplicaSetUpdated");
+        created["metadata"]["generation"] = json!(1);
+        created["status"]["observedGeneration"] = json!(1);
+        observe(&r, &key("new"), &created);
+        r.tick(false, true, Instant::now());
+        r.tick(true, true, Instant::now());
+        created["status"]["conditions"][0]["reason"] = json!("ProgressDeadlineExceeded");
+        observe(&r, &key("new"), &created);
+        assert!(r.take_failed().is_empty());
     }
 
     #[test]
