@@ -1208,6 +1208,41 @@ async fn wait_rollouts_finished(api: &Api<DynamicObject>, count: usize) -> Resul
     .await
 }
 
+/// A canary with a progress deadline of `deadline` seconds and the `others`, all using `app-config`,
+/// indexed with their first rollouts finished; then the canary's new pods are refused. Returns the
+/// Deployments' API, the canary's marker and the policy refusing its new pods.
+async fn canary_fleet(
+    client: &Client,
+    ns: &str,
+    rk: &Rekindle,
+    others: &[&str],
+    deadline: i64,
+) -> Result<(Api<DynamicObject>, String, Policy)> {
+    let mut canary = deployment("canary")
+        .annotations(
+            json!({"reloader.stakater.com/auto": "true", "rekindle.io/reload-canary": "true"}),
+        )
+        .uses_configmap("app-config")
+        .build();
+    canary["spec"]["progressDeadlineSeconds"] = json!(deadline);
+    apply_value(client, Some(ns), canary).await?;
+    for name in others {
+        deployment(name)
+            .auto()
+            .uses_configmap("app-config")
+            .apply(client, ns)
+            .await?;
+    }
+    let count = others.len() + 1;
+    rk.wait_indexed(count as f64).await?;
+    let deployments = dynamic_api(client, "apps/v1", "Deployment", Some(ns)).await?;
+    wait_rollouts_finished(&deployments, count).await?;
+    let stamped = env_value(&get_json(&deployments, "canary").await?, MARKER_ENV)
+        .ok_or_else(|| anyhow::anyhow!("the canary was not stamped"))?;
+    let policy = refuse_new_pods(client, ns, &["canary"], &stamped).await?;
+    Ok((deployments, stamped, policy))
+}
+
 const HALTED: &str = "/metadata/annotations/rekindle.io~1reload-halted";
 
 /// Canaries and halts: a canary whose new pods are refused (a ValidatingAdmissionPolicy admits only
@@ -1230,27 +1265,8 @@ async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
         },
     )
     .await?;
-    let mut canary = deployment("canary")
-        .annotations(
-            json!({"reloader.stakater.com/auto": "true", "rekindle.io/reload-canary": "true"}),
-        )
-        .uses_configmap("app-config")
-        .build();
-    canary["spec"]["progressDeadlineSeconds"] = json!(5);
-    apply_value(&client, Some(&ns.name), canary).await?;
-    for name in ["b", "c"] {
-        deployment(name)
-            .auto()
-            .uses_configmap("app-config")
-            .apply(&client, &ns.name)
-            .await?;
-    }
-    rk.wait_indexed(3.0).await?;
-    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
-    wait_rollouts_finished(&deployments, 3).await?;
-    let stamped = env_value(&get_json(&deployments, "canary").await?, MARKER_ENV)
-        .ok_or_else(|| anyhow::anyhow!("the canary was not stamped"))?;
-    let policy = refuse_new_pods(&client, &ns.name, &["canary"], &stamped).await?;
+    let (deployments, stamped, policy) =
+        canary_fleet(&client, &ns.name, &rk, &["b", "c"], 5).await?;
     let elsewhere = format!(
         "--namespace-selector=e2e.rekindle.io/selected:none-{}",
         ns.name
@@ -1353,8 +1369,9 @@ async fn a_failed_canary_halts_the_change_until_it_recovers() -> Result<()> {
 /// The two other ends of a halt. A new change of the halted resource ends the halt and starts a new
 /// wave, canary first: the canary (whose new pods are still refused) reloads alone and fails again, and
 /// the change is halted anew at its new hash, the others still waiting. An operator then removes the
-/// annotation: the others reload once each, to the newest change, and rekindle does not write the halt
-/// back although the canary is still failing.
+/// annotation: rekindle does not write it back, and the others now wait for the canary, which has not
+/// finished healthy; once the operator takes the canary annotation off too, they reload once each, to
+/// the newest change.
 #[tokio::test]
 async fn a_new_change_starts_a_new_wave_and_an_operator_can_lift_a_halt() -> Result<()> {
     let client = admin_client().await?;
@@ -1369,27 +1386,7 @@ async fn a_new_change_starts_a_new_wave_and_an_operator_can_lift_a_halt() -> Res
         },
     )
     .await?;
-    let mut canary = deployment("canary")
-        .annotations(
-            json!({"reloader.stakater.com/auto": "true", "rekindle.io/reload-canary": "true"}),
-        )
-        .uses_configmap("app-config")
-        .build();
-    canary["spec"]["progressDeadlineSeconds"] = json!(5);
-    apply_value(&client, Some(&ns.name), canary).await?;
-    for name in ["b", "c"] {
-        deployment(name)
-            .auto()
-            .uses_configmap("app-config")
-            .apply(&client, &ns.name)
-            .await?;
-    }
-    rk.wait_indexed(3.0).await?;
-    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
-    wait_rollouts_finished(&deployments, 3).await?;
-    let stamped = env_value(&get_json(&deployments, "canary").await?, MARKER_ENV)
-        .ok_or_else(|| anyhow::anyhow!("the canary was not stamped"))?;
-    let policy = refuse_new_pods(&client, &ns.name, &["canary"], &stamped).await?;
+    let (deployments, _, policy) = canary_fleet(&client, &ns.name, &rk, &["b", "c"], 5).await?;
     let halt_of =
         |d: &Value| -> Option<Value> { serde_json::from_str(d.pointer(HALTED)?.as_str()?).ok() };
     let halted_at = |hash: Option<String>| {
@@ -1539,26 +1536,8 @@ async fn a_canary_failing_after_a_restart_still_halts_its_change() -> Result<()>
         },
     )
     .await?;
-    let mut canary = deployment("canary")
-        .annotations(
-            json!({"reloader.stakater.com/auto": "true", "rekindle.io/reload-canary": "true"}),
-        )
-        .uses_configmap("app-config")
-        .build();
     // Long enough for the restart to come before the deadline.
-    canary["spec"]["progressDeadlineSeconds"] = json!(15);
-    apply_value(&client, Some(&ns.name), canary).await?;
-    deployment("b")
-        .auto()
-        .uses_configmap("app-config")
-        .apply(&client, &ns.name)
-        .await?;
-    rk.wait_indexed(2.0).await?;
-    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
-    wait_rollouts_finished(&deployments, 2).await?;
-    let stamped = env_value(&get_json(&deployments, "canary").await?, MARKER_ENV)
-        .ok_or_else(|| anyhow::anyhow!("the canary was not stamped"))?;
-    let policy = refuse_new_pods(&client, &ns.name, &["canary"], &stamped).await?;
+    let (deployments, stamped, policy) = canary_fleet(&client, &ns.name, &rk, &["b"], 15).await?;
 
     change_cm(&client, &ns.name, "app-config", "broken").await?;
     wait_for("the canary's reload", TIMEOUT, || async {
