@@ -260,6 +260,11 @@ pub struct ServerArgs {
     /// (a canary's failure always halts).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
     pub halt_on_failed_rollout: bool,
+    /// Evict the pods of `OnDelete` StatefulSets and DaemonSets annotated `rekindle.io/restart: pods`
+    /// after their template is written, one at a time within their PodDisruptionBudgets (off: the
+    /// annotation is ignored and no pod is read or evicted).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
+    pub pod_restarts: bool,
     /// Admission webhook (TLS) listen address.
     #[arg(long, default_value = ":9443", value_parser = listen_addr)]
     pub webhook_addr: SocketAddr,
@@ -577,6 +582,7 @@ impl Config {
                 cronjob_strategy: args.cronjob_strategy,
                 reload_on_create: args.reload_on_create,
                 reload_on_delete: args.reload_on_delete,
+                pod_restarts: args.pod_restarts,
             },
             log_format,
             log_level,

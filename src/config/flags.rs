@@ -151,6 +151,7 @@ pub const FLAGS: &[(&str, Chart)] = &[
         "halt-on-failed-rollout",
         Chart::Value("rekindle.haltOnFailedRollout"),
     ),
+    ("pod-restarts", Chart::Value("rekindle.podRestarts")),
     ("webhook-addr", Chart::Port("webhook.port")),
     ("admin-addr", Chart::Port("metrics.port")),
     ("tls-cert-file", Chart::Derived),

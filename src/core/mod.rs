@@ -15,6 +15,7 @@ pub mod plan;
 pub mod policy;
 pub mod refs;
 pub mod release;
+pub mod restart;
 pub mod rollout;
 pub mod skeleton;
 pub mod window;

@@ -65,6 +65,8 @@ pub struct PlanConfig {
     pub cronjob_strategy: CronJobStrategy,
     pub reload_on_create: bool,
     pub reload_on_delete: bool,
+    /// `--pod-restarts`: `OnDelete` workloads with `rekindle.io/restart: pods` get their pods evicted.
+    pub pod_restarts: bool,
 }
 
 /// The changed resource.

@@ -25,7 +25,8 @@ pub struct Release {
 }
 
 impl Release {
-    pub fn of(obj: &Value, kind: WorkloadKind) -> Self {
+    /// `pod_restarts` is `--pod-restarts` (an `OnDelete` workload's rollout depends on it).
+    pub fn of(obj: &Value, kind: WorkloadKind, pod_restarts: bool) -> Self {
         let annotation = |key: &str| {
             obj.pointer("/metadata/annotations")
                 .and_then(|a| a.get(key))
@@ -34,7 +35,7 @@ impl Release {
         Self {
             canary: annotation(CANARY_ANNOTATION) == Some("true"),
             halted: annotation(HALTED_ANNOTATION).map(Into::into),
-            progress: rollout::progress(kind, obj),
+            progress: rollout::progress(kind, obj, pod_restarts),
         }
     }
 
@@ -100,7 +101,7 @@ mod tests {
             }],
         };
         let obj = json!({"metadata": {"annotations": {HALTED_ANNOTATION: halt.to_annotation()}}});
-        let release = Release::of(&obj, WorkloadKind::Deployment);
+        let release = Release::of(&obj, WorkloadKind::Deployment, true);
         assert!(release.marked());
         let read = release.halt().unwrap();
         assert_eq!(read, halt);
@@ -120,12 +121,12 @@ mod tests {
     #[test]
     fn only_true_makes_a_canary_and_a_foreign_halt_value_holds_nothing() {
         let obj = |canary: &str| json!({"metadata": {"annotations": {CANARY_ANNOTATION: canary, HALTED_ANNOTATION: "by hand"}}});
-        assert!(Release::of(&obj("true"), WorkloadKind::Deployment).canary);
-        assert!(!Release::of(&obj("yes"), WorkloadKind::Deployment).canary);
+        assert!(Release::of(&obj("true"), WorkloadKind::Deployment, true).canary);
+        assert!(!Release::of(&obj("yes"), WorkloadKind::Deployment, true).canary);
         assert_eq!(
-            Release::of(&obj("true"), WorkloadKind::Deployment).halt(),
+            Release::of(&obj("true"), WorkloadKind::Deployment, true).halt(),
             None
         );
-        assert!(!Release::of(&json!({}), WorkloadKind::Deployment).marked());
+        assert!(!Release::of(&json!({}), WorkloadKind::Deployment, true).marked());
     }
 }

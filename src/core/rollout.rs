@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use super::refs;
+use super::restart::{self, Restarts};
 use super::WorkloadKind;
 
 /// Where a rollout stands.
@@ -62,8 +63,11 @@ pub fn generation(obj: &Value) -> i64 {
     int(obj, "/metadata/generation").unwrap_or(0)
 }
 
-/// Where the rollout of `obj` stands; kinds that are not [`tracked`] are always finished.
-pub fn progress(kind: WorkloadKind, obj: &Value) -> Progress {
+/// Where the rollout of `obj` stands; kinds that are not [`tracked`] are always finished, and so is
+/// an `OnDelete` StatefulSet or DaemonSet whose pods nobody restarts once its controller has seen the
+/// template (`core::restart`): its pods wait for someone to delete them, which no budget or deadline
+/// should wait for. `pod_restarts` is `--pod-restarts`.
+pub fn progress(kind: WorkloadKind, obj: &Value, pod_restarts: bool) -> Progress {
     let generation = generation(obj);
     let observed = match refs::at(obj, "/status/observedGeneration") {
         // Argo Rollouts writes it as a string.
@@ -74,6 +78,9 @@ pub fn progress(kind: WorkloadKind, obj: &Value) -> Progress {
     let caught_up = observed.is_some_and(|o| o >= generation);
     let replicas = int(obj, "/spec/replicas").unwrap_or(1);
     let status = |field: &str| int(obj, &format!("/status/{field}")).unwrap_or(0);
+    if restart::restarts(obj, kind, pod_restarts) == Restarts::Manual {
+        return finished_if(caught_up);
+    }
     match kind {
         WorkloadKind::Deployment => {
             // Until the controller has seen the latest spec, a deadline exceeded is the previous
@@ -92,8 +99,11 @@ pub fn progress(kind: WorkloadKind, obj: &Value) -> Progress {
         WorkloadKind::StatefulSet => {
             let revisions = refs::at(obj, "/status/updateRevision")
                 .zip(refs::at(obj, "/status/currentRevision"));
+            // The controller moves `currentRevision` only in a rolling update: under OnDelete the
+            // updated pods tell.
+            let on_delete = restart::restarts(obj, kind, pod_restarts) == Restarts::Evict;
             let done = caught_up
-                && revisions.is_some_and(|(u, c)| u == c)
+                && (on_delete || revisions.is_some_and(|(u, c)| u == c))
                 && status("readyReplicas") == replicas
                 && status("updatedReplicas") == replicas;
             finished_if(done)
@@ -154,7 +164,7 @@ mod tests {
             "conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]
         });
         assert_eq!(
-            progress(WorkloadKind::Deployment, &deployment(done.clone())),
+            progress(WorkloadKind::Deployment, &deployment(done.clone()), true),
             Progress::Finished
         );
         for (field, value) in [
@@ -167,7 +177,7 @@ mod tests {
             let mut status = done.clone();
             status[field] = value;
             assert_eq!(
-                progress(WorkloadKind::Deployment, &deployment(status)),
+                progress(WorkloadKind::Deployment, &deployment(status), true),
                 Progress::Progressing,
                 "{field}"
             );
@@ -175,7 +185,7 @@ mod tests {
         let mut status = done;
         status["conditions"][0]["reason"] = json!("ReplicaSetUpdated");
         assert_eq!(
-            progress(WorkloadKind::Deployment, &deployment(status)),
+            progress(WorkloadKind::Deployment, &deployment(status), true),
             Progress::Progressing
         );
     }
@@ -187,7 +197,7 @@ mod tests {
             "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
         });
         assert_eq!(
-            progress(WorkloadKind::Deployment, &deployment(status.clone())),
+            progress(WorkloadKind::Deployment, &deployment(status.clone()), true),
             Progress::Failed(Failure::ProgressDeadline)
         );
         // Written again (generation 4) before the controller saw it: the condition is the previous
@@ -195,7 +205,7 @@ mod tests {
         let mut written = deployment(status);
         written["metadata"]["generation"] = json!(4);
         assert_eq!(
-            progress(WorkloadKind::Deployment, &written),
+            progress(WorkloadKind::Deployment, &written, true),
             Progress::Progressing
         );
     }
@@ -205,10 +215,13 @@ mod tests {
         let obj = json!({"metadata": {"generation": 1}, "spec": {}, "status": {
             "observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1,
             "conditions": [{"type": "Progressing", "reason": "NewReplicaSetAvailable"}]}});
-        assert_eq!(progress(WorkloadKind::Deployment, &obj), Progress::Finished);
+        assert_eq!(
+            progress(WorkloadKind::Deployment, &obj, true),
+            Progress::Finished
+        );
         let no_status = json!({"metadata": {"generation": 1}, "spec": {}});
         assert_eq!(
-            progress(WorkloadKind::Deployment, &no_status),
+            progress(WorkloadKind::Deployment, &no_status, true),
             Progress::Progressing
         );
     }
@@ -221,16 +234,52 @@ mod tests {
                 "readyReplicas": ready, "updatedReplicas": 2}})
         };
         assert_eq!(
-            progress(WorkloadKind::StatefulSet, &obj("web-1", 2)),
+            progress(WorkloadKind::StatefulSet, &obj("web-1", 2), true),
             Progress::Finished
         );
         assert_eq!(
-            progress(WorkloadKind::StatefulSet, &obj("web-2", 2)),
+            progress(WorkloadKind::StatefulSet, &obj("web-2", 2), true),
             Progress::Progressing
         );
         assert_eq!(
-            progress(WorkloadKind::StatefulSet, &obj("web-1", 1)),
+            progress(WorkloadKind::StatefulSet, &obj("web-1", 1), true),
             Progress::Progressing
+        );
+    }
+
+    #[test]
+    fn an_on_delete_workload_nobody_restarts_finishes_once_its_controller_saw_the_template() {
+        let obj = |observed: i64, restart: Option<&str>| {
+            let annotations: serde_json::Map<String, Value> = restart
+                .map(|r| {
+                    (
+                        crate::core::restart::RESTART_ANNOTATION.to_string(),
+                        json!(r),
+                    )
+                })
+                .into_iter()
+                .collect();
+            json!({"metadata": {"generation": 2, "annotations": annotations},
+                   "spec": {"replicas": 3, "updateStrategy": {"type": "OnDelete"}},
+                   "status": {"observedGeneration": observed, "updateRevision": "db-2",
+                              "currentRevision": "db-1", "readyReplicas": 3, "updatedReplicas": 0}})
+        };
+        let sts = WorkloadKind::StatefulSet;
+        assert_eq!(progress(sts, &obj(2, None), true), Progress::Finished);
+        assert_eq!(progress(sts, &obj(1, None), true), Progress::Progressing);
+        // Opted in: the walk is the rollout, finished when every pod is replaced (the controller
+        // leaves `currentRevision` behind under OnDelete).
+        assert_eq!(
+            progress(sts, &obj(2, Some("pods")), true),
+            Progress::Progressing
+        );
+        let mut replaced = obj(2, Some("pods"));
+        replaced["status"]["updatedReplicas"] = json!(3);
+        assert_eq!(progress(sts, &replaced, true), Progress::Finished);
+        // Pod restarts switched off: nobody restarts them.
+        assert_eq!(
+            progress(sts, &obj(2, Some("pods")), false),
+            Progress::Finished
         );
     }
 
@@ -241,15 +290,15 @@ mod tests {
                 "desiredNumberScheduled": 3, "updatedNumberScheduled": updated, "numberAvailable": available}})
         };
         assert_eq!(
-            progress(WorkloadKind::DaemonSet, &obj(3, 3)),
+            progress(WorkloadKind::DaemonSet, &obj(3, 3), true),
             Progress::Finished
         );
         assert_eq!(
-            progress(WorkloadKind::DaemonSet, &obj(2, 3)),
+            progress(WorkloadKind::DaemonSet, &obj(2, 3), true),
             Progress::Progressing
         );
         assert_eq!(
-            progress(WorkloadKind::DaemonSet, &obj(3, 2)),
+            progress(WorkloadKind::DaemonSet, &obj(3, 2), true),
             Progress::Progressing
         );
     }
@@ -258,23 +307,23 @@ mod tests {
     fn a_rollout_follows_its_phase_and_string_generation() {
         let obj = |phase: &str, observed: &str| json!({"metadata": {"generation": 5}, "status": {"phase": phase, "observedGeneration": observed}});
         assert_eq!(
-            progress(WorkloadKind::Rollout, &obj("Healthy", "5")),
+            progress(WorkloadKind::Rollout, &obj("Healthy", "5"), true),
             Progress::Finished
         );
         assert_eq!(
-            progress(WorkloadKind::Rollout, &obj("Healthy", "4")),
+            progress(WorkloadKind::Rollout, &obj("Healthy", "4"), true),
             Progress::Progressing
         );
         assert_eq!(
-            progress(WorkloadKind::Rollout, &obj("Paused", "5")),
+            progress(WorkloadKind::Rollout, &obj("Paused", "5"), true),
             Progress::Progressing
         );
         assert_eq!(
-            progress(WorkloadKind::Rollout, &obj("Degraded", "5")),
+            progress(WorkloadKind::Rollout, &obj("Degraded", "5"), true),
             Progress::Failed(Failure::Degraded)
         );
         assert_eq!(
-            progress(WorkloadKind::Rollout, &obj("Degraded", "4")),
+            progress(WorkloadKind::Rollout, &obj("Degraded", "4"), true),
             Progress::Progressing,
             "the previous spec's"
         );
@@ -288,7 +337,7 @@ mod tests {
             WorkloadKind::DeploymentConfig,
         ] {
             assert!(!tracked(kind));
-            assert_eq!(progress(kind, &json!({})), Progress::Finished);
+            assert_eq!(progress(kind, &json!({}), true), Progress::Finished);
         }
     }
 }

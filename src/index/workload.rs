@@ -114,7 +114,7 @@ impl WorkloadEntry {
         self.resource_version = refs::at(obj, "/metadata/resourceVersion")
             .and_then(Value::as_str)
             .and_then(|rv| rv.parse().ok());
-        self.release = Release::of(obj, kind);
+        self.release = Release::of(obj, kind, cfg.pod_restarts);
         self
     }
 

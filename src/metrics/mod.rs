@@ -153,6 +153,27 @@ impl Skip {
     }
 }
 
+/// The result of one eviction of a pod-restart walk (`rekindle_pod_evictions_total{result}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    Evicted,
+    /// A PodDisruptionBudget allows no disruption now (429).
+    DisruptionBudget,
+    Error,
+}
+
+impl Eviction {
+    pub const ALL: [Eviction; 3] = [Self::Evicted, Self::DisruptionBudget, Self::Error];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Evicted => "evicted",
+            Self::DisruptionBudget => "disruption_budget",
+            Self::Error => "error",
+        }
+    }
+}
+
 pub struct Metrics {
     pub reload_executed: Family<SuccessLabels, Counter>,
     pub reload_executed_by_namespace: Family<NamespaceLabels, Counter>,
@@ -174,6 +195,8 @@ pub struct Metrics {
     pub rollouts_in_progress: Gauge,
     pub rollouts_failed: Family<ReasonLabels, Counter>,
     pub reload_halts: Counter,
+    pub pod_evictions: Family<ResultLabels, Counter>,
+    pub pod_restarts_in_progress: Gauge,
     pub ready: Gauge,
     pub tls_cert_not_after: Gauge,
     pub reconcile: Family<ResultLabels, Counter>,
@@ -239,6 +262,8 @@ impl Metrics {
             rollouts_in_progress: Gauge::default(),
             rollouts_failed: Family::default(),
             reload_halts: Counter::default(),
+            pod_evictions: Family::default(),
+            pod_restarts_in_progress: Gauge::default(),
             ready: Gauge::default(),
             tls_cert_not_after: Gauge::default(),
             reconcile: Family::default(),
@@ -260,6 +285,11 @@ impl Metrics {
             let _ = m
                 .reload_executed
                 .get_or_create(&SuccessLabels { success: s.into() });
+        }
+        for result in Eviction::ALL {
+            let _ = m.pod_evictions.get_or_create(&ResultLabels {
+                result: result.label().into(),
+            });
         }
         m
     }
@@ -287,6 +317,8 @@ impl Metrics {
             "rekindle_rollouts_in_progress", "Rollouts counted against --max-rollouts-in-progress (started by rekindle, or running when this replica began to lead)" => m.rollouts_in_progress;
             "rekindle_rollouts_failed", "Rollouts counted against --max-rollouts-in-progress that failed, by reason (progress_deadline, degraded, timeout)" => m.rollouts_failed;
             "rekindle_reload_halts", "Changes halted because a rollout rekindle started for them failed (rekindle.io/reload-halted written)" => m.reload_halts;
+            "rekindle_pod_evictions", "Pod evictions of pod-restart walks, by result (evicted, disruption_budget: refused by a PodDisruptionBudget, error)" => m.pod_evictions;
+            "rekindle_pod_restarts_in_progress", "Workloads whose pods are being restarted by eviction (rekindle.io/restart: pods)" => m.pod_restarts_in_progress;
             "rekindle_ready", "1 when every watch has synced" => m.ready;
             "rekindle_tls_cert_not_after_timestamp_seconds", "Expiry of the webhook certificate being served" => m.tls_cert_not_after;
             "reloader_reconcile", "Resource changes handled (dependents looked up in the index and queued), by result" => m.reconcile;
@@ -318,6 +350,14 @@ impl Metrics {
                 ("commit", env!("REKINDLE_GIT_COMMIT")),
             ]),
         );
+    }
+
+    pub fn eviction(&self, result: Eviction) {
+        self.pod_evictions
+            .get_or_create(&ResultLabels {
+                result: result.label().into(),
+            })
+            .inc();
     }
 
     pub fn reload_done(&self, namespace: &str, kind: &str, ok: bool, seconds: f64) {

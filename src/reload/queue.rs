@@ -43,21 +43,31 @@ pub struct Upkeep {
     pub resume: bool,
     /// Its failed rollout's halt is to be written, or its halt is over and to be removed.
     pub halt: bool,
+    /// Its pods still running older config are to be evicted (`core::restart`), the next few.
+    pub restart_pods: bool,
 }
 
 impl Upkeep {
     pub const RESUME: Upkeep = Upkeep {
         resume: true,
         halt: false,
+        restart_pods: false,
     };
     pub const HALT: Upkeep = Upkeep {
         resume: false,
         halt: true,
+        restart_pods: false,
+    };
+    pub const RESTART_PODS: Upkeep = Upkeep {
+        resume: false,
+        halt: false,
+        restart_pods: true,
     };
 
     fn add(&mut self, other: Upkeep) {
         self.resume |= other.resume;
         self.halt |= other.halt;
+        self.restart_pods |= other.restart_pods;
     }
 }
 

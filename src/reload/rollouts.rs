@@ -284,6 +284,14 @@ impl Rollouts {
         self.changed.notify_one();
     }
 
+    /// The rollout made progress rekindle drove itself (a pod of a pod-restart walk evicted): its
+    /// `--rollout-timeout` counts from now, so it bounds each replacement, not the whole walk.
+    pub fn progressed(&self, key: &WorkloadKey) {
+        if let Some(slot) = self.lock().in_progress.get_mut(key) {
+            slot.since = Instant::now();
+        }
+    }
+
     /// The workload is gone.
     pub fn forget(&self, key: &WorkloadKey) {
         if !rollout::tracked(key.kind) {

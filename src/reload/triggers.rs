@@ -88,6 +88,16 @@ impl Triggers {
         self.queue
             .push_upkeep(key.clone(), Instant::now() + wait, Upkeep::RESUME);
     }
+
+    /// Queues the next step of the pod-restart walk of `key`, whose pods the watch shows not all
+    /// replaced yet (its status changes as each pod goes and comes back).
+    pub fn restart_pods(&self, key: &WorkloadKey) {
+        if !self.scope.covers(key.kind, &key.namespace) {
+            return;
+        }
+        self.queue
+            .push_upkeep(key.clone(), Instant::now(), Upkeep::RESTART_PODS);
+    }
 }
 
 #[cfg(test)]

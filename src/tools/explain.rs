@@ -11,6 +11,7 @@ use crate::core::plan::{self, Change, Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
 use crate::core::refs::ResourceRef;
 use crate::core::release::{Release, HALTED_ANNOTATION};
+use crate::core::restart::{self, Restarts, RESTART_ANNOTATION};
 use crate::core::window::{window_of, Windows};
 use crate::core::WorkloadKind;
 
@@ -81,7 +82,14 @@ pub fn explain(
     };
     // Canaries and halts as far as this one workload tells: the others, and the rollout budget, are
     // known to the running leader only.
-    let release = Release::of(workload, kind);
+    let release = Release::of(workload, kind, cfg.pod_restarts);
+    let pods = match restart::restarts(workload, kind, cfg.pod_restarts) {
+        Restarts::Controller => json!("restarted by the workload's controller"),
+        Restarts::Manual => json!(format!(
+            "not restarted: its updateStrategy is OnDelete; annotate {RESTART_ANNOTATION}: pods to have rekindle evict them one at a time (with --pod-restarts)"
+        )),
+        Restarts::Evict => json!("evicted by rekindle one at a time, within their PodDisruptionBudgets"),
+    };
     let changed_ref = ResourceRef {
         kind: res.resource_kind,
         name: res.resource_name.clone(),
@@ -99,6 +107,7 @@ pub fn explain(
         "container": p.container.map(|c| c.name),
         "patch": patch,
         "window": window,
+        "pods": pods,
         "canary": release.canary,
         "halt": halt,
         "invalidPatterns": p.decision.invalid_patterns.iter().map(|i| json!({"annotation": i.annotation, "pattern": i.pattern, "error": i.error})).collect::<Vec<_>>(),

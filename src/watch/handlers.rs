@@ -18,6 +18,8 @@ use crate::core::kinds::csi;
 use crate::core::pause;
 use crate::core::plan::PlanConfig;
 use crate::core::policy::ResourceFlags;
+use crate::core::restart::{self, Restarts};
+use crate::core::rollout::Progress;
 use crate::core::window::RELOAD_WINDOW_ANNOTATION;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
@@ -271,6 +273,11 @@ impl Handler<DynamicObject> for Workloads {
             }
             let generation = obj.metadata.generation.unwrap_or(0);
             rollouts.observe(&key, &entry, generation);
+            if entry.release.progress == Progress::Progressing
+                && restart::restarts(&value, self.kind, ctx.plan.pod_restarts) == Restarts::Evict
+            {
+                triggers.restart_pods(&key);
+            }
         }
         let new = ctx.index.apply_workload(key.clone(), entry);
         if new && live {

@@ -147,6 +147,15 @@ them (alone when no list is given), as in Reloader's chart.
   resources: ["secretproviderclasses", "secretproviderclasspodstatuses"]
   verbs: ["get", "list", "watch"]
 {{- end }}
+{{- if .Values.rekindle.podRestarts }}
+# Pod restarts (rekindle.io/restart: pods): the pods a walk replaces, read and evicted.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list"]
+- apiGroups: [""]
+  resources: ["pods/eviction"]
+  verbs: ["create"]
+{{- end }}
 {{- end -}}
 
 {{/* The server's command line, from rekindle.* values. */}}
@@ -172,6 +181,7 @@ them (alone when no list is given), as in Reloader's chart.
 {{- if $r.haltOnFailedRollout }}
 - --halt-on-failed-rollout=true
 {{- end }}
+- --pod-restarts={{ $r.podRestarts }}
 - --log-level={{ $r.logLevel }}
 {{- if $r.logFormat }}
 - --log-format={{ $r.logFormat }}

@@ -6,6 +6,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType};
 use super::{Writer, WARNED_PRUNE_AT};
 use crate::core::plan::Action;
 use crate::core::refs::ResourceRef;
+use crate::core::restart::{Restarts, RESTART_ANNOTATION};
 use crate::index::WorkloadKey;
 use crate::outbound::alert::reload_message;
 
@@ -17,9 +18,10 @@ impl Writer {
         uid: Option<&str>,
         reasons: &[ResourceRef],
         action: Action,
+        restarts: Restarts,
     ) {
         for r in reasons {
-            let note = format!(
+            let mut note = format!(
                 "Changes detected in '{}' of type '{}' in namespace '{}', Updated '{}' of type '{}' in namespace '{}'",
                 r.name,
                 r.kind.env_suffix(),
@@ -28,6 +30,13 @@ impl Writer {
                 key.kind,
                 key.namespace
             );
+            match restarts {
+                Restarts::Controller => {}
+                Restarts::Manual => note.push_str(&format!(
+                    "; its updateStrategy is OnDelete: no pod restarts until it is deleted (annotate {RESTART_ANNOTATION}: pods to have rekindle evict them one at a time)"
+                )),
+                Restarts::Evict => note.push_str("; its pods are restarted by eviction, one at a time"),
+            }
             tracing::info!(resource = %r.name, kind = %r.kind, action = ?action, "reloaded");
             self.publish(key, uid, EventType::Normal, "Reloaded", note)
                 .await;

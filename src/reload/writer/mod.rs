@@ -20,7 +20,7 @@
 //! and guarded write); `jobs.rs` Job creation and re-creation; `halts.rs` writing and ending halts;
 //! `events.rs` the Events posted.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -58,6 +58,7 @@ mod events;
 mod halts;
 mod jobs;
 mod release;
+mod restarts;
 mod write;
 
 const MAX_ATTEMPTS: usize = 6;
@@ -120,6 +121,8 @@ pub struct Writer {
     pub recreates: Option<Records>,
     /// (workload, annotation value) pairs already reported as invalid: one Warning Event each.
     warned: Mutex<HashSet<(WorkloadKey, String)>>,
+    /// Pod-restart walks this process has started, and what their Events said.
+    walks: Mutex<HashMap<WorkloadKey, restarts::Walk>>,
 }
 
 const FIELD_MANAGER: &str = "rekindle";
@@ -187,6 +190,7 @@ impl Writer {
             sync: None,
             recreates: None,
             warned: Mutex::default(),
+            walks: Mutex::default(),
         }
     }
 
@@ -293,6 +297,12 @@ impl Writer {
         } else {
             self.reload_owed(key, pending, permit).await
         };
+        // After the reload, so that the pods are restarted into what it wrote.
+        if upkeep.restart_pods {
+            if let Some(after) = self.restart_pods(key).await {
+                self.upkeep_again(key, after, Upkeep::RESTART_PODS);
+            }
+        }
         // After the reload, so that what it wrote rolls out with the resume, in one rollout.
         if upkeep.resume {
             if let Some(after) = self.resume_if_due(key).await {

@@ -12,12 +12,14 @@ use crate::core::pause::{pause_ops, PauseDecision};
 use crate::core::plan::{self, Action, Change, Event};
 use crate::core::policy::ResourceFlags;
 use crate::core::release::HaltedChange;
+use crate::core::restart::{self, Restarts};
 use crate::core::skeleton;
 use crate::core::WorkloadKind;
 use crate::index::{ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::ReasonLabels;
 use crate::reload::error::WriteError;
-use crate::reload::queue::Pending;
+use crate::reload::queue::{Pending, Upkeep};
+use std::time::Duration;
 
 impl Writer {
     pub(super) async fn attempt(
@@ -66,7 +68,11 @@ impl Writer {
                 let canary = self.index.release_of(key).is_some_and(|r| r.canary);
                 self.rollouts
                     .written(key, &written, planned.halted_changes, canary);
-                self.announce(key, uid.as_deref(), &planned.reasons, action)
+                let restarts = restart::restarts(&written, key.kind, self.plan.pod_restarts);
+                if restarts == Restarts::Evict {
+                    self.upkeep_again(key, Duration::ZERO, Upkeep::RESTART_PODS);
+                }
+                self.announce(key, uid.as_deref(), &planned.reasons, action, restarts)
                     .await;
                 Ok(Outcome::Reloaded)
             }
