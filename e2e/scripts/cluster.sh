@@ -135,8 +135,8 @@ up() {
     --initial-cluster "e2e=http://127.0.0.1:$etcd_peer" --unsafe-no-fsync --log-level warn
   wait_for etcd 30 curl -sf "http://127.0.0.1:$etcd_port/health"
 
-  # The audit log records who wrote each workload (user, agent, verb, response code), and what a patch
-  # asked for: what a failed test's logs (keep-logs) need to tell rekindle's writes from the
+  # The audit log records who wrote each workload (user, agent, verb, response code), what a patch
+  # asked for, and every pod eviction (the pod-restart tests count them): what a failed test's logs (keep-logs) need to tell rekindle's writes from the
   # controllers' and one of rekindle's writes from another.
   cat >"$STATE/audit-policy.yaml" <<'YAML'
 apiVersion: audit.k8s.io/v1
@@ -157,6 +157,11 @@ rules:
     resources: ["deployments", "statefulsets", "daemonsets"]
   - group: batch
     resources: ["jobs", "cronjobs"]
+- level: Metadata
+  verbs: ["create"]
+  resources:
+  - group: ""
+    resources: ["pods/eviction"]
 - level: None
 YAML
   start kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \

@@ -100,7 +100,12 @@ async fn clients(config: &Config, metrics: &Metrics) -> Result<(Client, Client)>
             .with_layer(&layer)
             .build())
     };
-    Ok((build(kube_config.clone())?, build(kube_config)?))
+    let watches = build(kube_config.clone())?;
+    // The writer retries what it sends itself (bounded attempts, then the queue's backoff), and an
+    // eviction a PodDisruptionBudget refuses (429) must come back to the walk at once: kube's own
+    // retry of 429s (up to 15 tries, minutes of backoff) would hold the write permit meanwhile.
+    kube_config.default_retry = false;
+    Ok((watches, build(kube_config)?))
 }
 
 /// `--streaming-lists`: as given, or (auto) whether the apiserver is 1.34 or later, where it streams

@@ -25,6 +25,8 @@ const WALK_RETRY: Duration = Duration::from_secs(5);
 /// What a walk in progress has told: posted once each, not again while it stays so.
 #[derive(Debug, Default, Clone)]
 pub(super) struct Walk {
+    /// It has evicted a pod (in this process): `PodRestartsStarted` was posted.
+    started: bool,
     /// What it waits for, last logged.
     waiting_for: Option<String>,
     /// The PodDisruptionBudget that refused its last eviction, as its Event named it.
@@ -69,6 +71,7 @@ impl Writer {
             return Ok(None);
         }
         if !restart::controller_caught_up(&workload) {
+            tracing::debug!("pod restarts wait for the controller to see the template");
             return Ok(Some(WALK_RECHECK));
         }
         let uid = obj.metadata.uid.clone().unwrap_or_default();
@@ -118,6 +121,12 @@ impl Writer {
                 1
             }
         };
+        let started = self.walks().get(key).is_some_and(|w| w.started);
+        if !started && states.iter().all(|p| !p.behind || p.terminating) {
+            // Nothing behind and no walk of this process to see to its end.
+            self.end_walk(key);
+            return Ok(None);
+        }
         match restart::step(desired, &states, max_unavailable) {
             Step::Done => {
                 if self.end_walk(key) {
@@ -139,12 +148,14 @@ impl Writer {
             }
             Step::Wait { waiting_for } => {
                 let mut walks = self.walks();
-                if let Some(walk) = walks.get_mut(key) {
-                    if walk.waiting_for.as_ref() != Some(&waiting_for) {
-                        tracing::info!(waiting_for = %waiting_for, "pod restarts waiting");
-                        walk.waiting_for = Some(waiting_for);
-                    }
+                let walk = walks.entry(key.clone()).or_default();
+                if walk.waiting_for.as_ref() != Some(&waiting_for) {
+                    tracing::info!(waiting_for = %waiting_for, "pod restarts waiting");
+                    walk.waiting_for = Some(waiting_for);
                 }
+                self.metrics
+                    .pod_restarts_in_progress
+                    .set(walks.len() as i64);
                 Ok(Some(WALK_RECHECK))
             }
             Step::Evict(names) => {
@@ -243,21 +254,21 @@ impl Writer {
         self.walks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether this starts the walk of `key` (in this process).
+    /// Whether this starts the walk of `key` (its first eviction in this process).
     fn start_walk(&self, key: &WorkloadKey) -> bool {
         let mut walks = self.walks();
-        let new = !walks.contains_key(key);
-        walks.entry(key.clone()).or_default();
+        let walk = walks.entry(key.clone()).or_default();
+        let new = !std::mem::replace(&mut walk.started, true);
         self.metrics
             .pod_restarts_in_progress
             .set(walks.len() as i64);
         new
     }
 
-    /// Whether a walk of `key` was in progress (in this process).
+    /// Whether a walk of `key` that evicted pods was in progress (in this process).
     fn end_walk(&self, key: &WorkloadKey) -> bool {
         let mut walks = self.walks();
-        let ended = walks.remove(key).is_some();
+        let ended = walks.remove(key).is_some_and(|w| w.started);
         self.metrics
             .pod_restarts_in_progress
             .set(walks.len() as i64);

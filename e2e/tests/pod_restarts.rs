@@ -1,0 +1,461 @@
+//! Pod restarts (`rekindle.io/restart: pods`) through the real apiserver: the StatefulSet controller
+//! re-creates evicted pods, kwok makes them Ready, and the disruption controller keeps the
+//! PodDisruptionBudgets' status that the Eviction API consults.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use anyhow::Result;
+use e2e::fixtures::{deployment, generation};
+use e2e::rekindle::{Options, Rekindle};
+use e2e::{admin_client, apply_value, apply_yaml, dynamic_api, get_json, wait_for, TestNamespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+
+const CM: &str =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: db-config}\ndata: {setting: one}\n";
+const MARKER: &str = "STAKATER_DB_CONFIG_CONFIGMAP";
+const WALK_TIMEOUT: Duration = Duration::from_secs(120);
+
+async fn change(client: &Client, ns: &str, name: &str, value: &str) -> Result<()> {
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"setting": value}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// An `OnDelete` StatefulSet `db` of `replicas` pods reading `db-config`, with `annotations`.
+fn statefulset(replicas: i64, annotations: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "annotations": annotations},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": "db",
+            "updateStrategy": {"type": "OnDelete"},
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {"containers": [{"name": "app", "image": "busybox",
+                    "envFrom": [{"configMapRef": {"name": "db-config"}}]}]}
+            }
+        }
+    })
+}
+
+fn opted_in() -> Value {
+    json!({"reloader.stakater.com/auto": "true", "rekindle.io/restart": "pods"})
+}
+
+/// One pod as the tests see it.
+#[derive(Debug, Clone)]
+struct PodView {
+    name: String,
+    uid: String,
+    ready: bool,
+    terminating: bool,
+    marker: Option<String>,
+}
+
+async fn pods(client: &Client, ns: &str) -> Result<Vec<PodView>> {
+    let list = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels("app=db"))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|p| {
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let marker = p.spec.as_ref().and_then(|s| {
+                s.containers[0]
+                    .env
+                    .as_ref()?
+                    .iter()
+                    .find(|e| e.name == MARKER)?
+                    .value
+                    .clone()
+            });
+            PodView {
+                name: p.metadata.name.clone().unwrap_or_default(),
+                uid: p.metadata.uid.clone().unwrap_or_default(),
+                ready,
+                terminating: p.metadata.deletion_timestamp.is_some(),
+                marker,
+            }
+        })
+        .collect())
+}
+
+/// Waits until `replicas` pods exist, every one Ready and carrying the workload's template marker.
+async fn wait_all_current(client: &Client, ns: &str, replicas: usize) -> Result<Vec<PodView>> {
+    let sts = dynamic_api(client, "apps/v1", "StatefulSet", Some(ns)).await?;
+    wait_for(
+        "every pod Ready with the template's marker",
+        WALK_TIMEOUT,
+        || async {
+            let template = get_json(&sts, "db").await?;
+            let wanted = template_marker(&template);
+            let pods = pods(client, ns).await?;
+            let current = pods.len() == replicas
+                && pods
+                    .iter()
+                    .all(|p| p.ready && !p.terminating && p.marker == wanted);
+            Ok(current.then_some(pods))
+        },
+    )
+    .await
+}
+
+fn template_marker(sts: &Value) -> Option<String> {
+    sts.pointer("/spec/template/spec/containers/0/env")?
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == MARKER)?["value"]
+        .as_str()
+        .map(String::from)
+}
+
+/// Follows the pods until every one runs `wanted` and is Ready, from LIST snapshots every 50 ms:
+/// the most pods seen down at once (not Ready, terminating or missing).
+async fn follow_walk(client: &Client, ns: &str, replicas: usize, wanted: &str) -> Result<usize> {
+    let deadline = tokio::time::Instant::now() + WALK_TIMEOUT;
+    let mut most_down = 0;
+    loop {
+        let pods = pods(client, ns).await?;
+        let up = pods.iter().filter(|p| p.ready && !p.terminating).count();
+        most_down = most_down.max(replicas.saturating_sub(up));
+        let done = pods.len() == replicas
+            && pods
+                .iter()
+                .all(|p| p.ready && !p.terminating && p.marker.as_deref() == Some(wanted));
+        if done {
+            return Ok(most_down);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the walk did not finish: {pods:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The evictions of the namespace's pods asked for and not refused by a disruption budget, by pod
+/// name, from the cluster's audit log (cluster.sh): what was restarted, whatever else deletes pods
+/// (kwok may delete a pod that reuses a deleted one's name). An eviction whose asker was killed before
+/// the answer is logged with a 5xx and took effect all the same: it counts.
+fn evictions(ns: &str) -> BTreeMap<String, usize> {
+    let log = std::fs::read_to_string(e2e::state_dir().join("logs/audit.log")).unwrap_or_default();
+    let mut counted = BTreeMap::new();
+    for e in log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
+        let code = e.pointer("/responseStatus/code").and_then(Value::as_i64);
+        let accepted = code == Some(201) || code.is_some_and(|c| c >= 500);
+        if e.pointer("/objectRef/namespace").and_then(Value::as_str) == Some(ns)
+            && e.pointer("/objectRef/subresource").and_then(Value::as_str) == Some("eviction")
+            && e["stage"] == "ResponseComplete"
+            && accepted
+        {
+            let name = e
+                .pointer("/objectRef/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            *counted.entry(name.to_string()).or_default() += 1;
+        }
+    }
+    counted
+}
+
+fn each_once() -> BTreeMap<String, usize> {
+    ["db-0", "db-1", "db-2"]
+        .into_iter()
+        .map(|n| (n.to_string(), 1))
+        .collect()
+}
+
+async fn events(client: &Client, ns: &str, reason: &str) -> Result<Vec<Event>> {
+    Ok(Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().fields(&format!("reason={reason}")))
+        .await?
+        .items)
+}
+
+/// The template is written once, then each pod is evicted exactly once, never more than one down,
+/// highest ordinal first, and every new pod carries the new marker.
+#[tokio::test]
+async fn an_on_delete_statefulset_gets_each_pod_evicted_once_one_at_a_time() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-podrestart").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    apply_value(&client, Some(&ns.name), statefulset(3, opted_in())).await?;
+    let before = wait_all_current(&client, &ns.name, 3).await?;
+    let old_marker = before[0].marker.clone();
+    assert!(old_marker.is_some(), "stamped at creation: {before:?}");
+
+    change(&client, &ns.name, "db-config", "two").await?;
+    let sts = dynamic_api(&client, "apps/v1", "StatefulSet", Some(&ns.name)).await?;
+    let wanted = wait_for("the template to be written", WALK_TIMEOUT, || async {
+        let obj = get_json(&sts, "db").await?;
+        Ok(template_marker(&obj).filter(|m| Some(m) != old_marker.as_ref()))
+    })
+    .await?;
+    let most_down = follow_walk(&client, &ns.name, 3, &wanted).await?;
+    assert!(most_down <= 1, "one pod down at a time");
+    let after = pods(&client, &ns.name).await?;
+    let old: BTreeSet<&str> = before.iter().map(|p| p.uid.as_str()).collect();
+    assert!(
+        after.iter().all(|p| !old.contains(p.uid.as_str())),
+        "every pod replaced: {after:?}"
+    );
+    assert_eq!(evictions(&ns.name), each_once(), "each pod evicted once");
+    assert_eq!(
+        generation(&get_json(&sts, "db").await?),
+        2,
+        "template written once"
+    );
+    assert_eq!(
+        rk.metric("rekindle_pod_evictions_total{result=\"evicted\"}")
+            .await?,
+        3.0
+    );
+    wait_for("the walk's end to be told", WALK_TIMEOUT, || async {
+        let finished = events(&client, &ns.name, "PodRestartsFinished").await?;
+        Ok((!finished.is_empty()).then_some(()))
+    })
+    .await?;
+    assert_eq!(
+        events(&client, &ns.name, "PodRestartsStarted").await?.len(),
+        1
+    );
+    assert_eq!(rk.metric("rekindle_pod_restarts_in_progress ").await?, 0.0);
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+/// A PodDisruptionBudget that allows no disruption holds the walk: no pod is removed, one Event names
+/// the budget; once it is relaxed, the walk finishes.
+#[tokio::test]
+async fn a_disruption_budget_that_allows_none_holds_the_walk_until_relaxed() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-podrestart-pdb").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let pdb = json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "db-pdb"},
+        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "db"}}}
+    });
+    apply_value(&client, Some(&ns.name), pdb).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    apply_value(&client, Some(&ns.name), statefulset(3, opted_in())).await?;
+    let before = wait_all_current(&client, &ns.name, 3).await?;
+
+    change(&client, &ns.name, "db-config", "two").await?;
+    let blocked = wait_for("the walk to be blocked", WALK_TIMEOUT, || async {
+        let blocked = events(&client, &ns.name, "PodRestartsBlocked").await?;
+        Ok(blocked.into_iter().next())
+    })
+    .await?;
+    let note = blocked.message.unwrap_or_default();
+    assert!(
+        note.contains("db-pdb"),
+        "the Event names the budget: {note}"
+    );
+    // Held for a while: retried, refused, no pod removed, no second Event.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let held = pods(&client, &ns.name).await?;
+    let uids = |ps: &[PodView]| ps.iter().map(|p| p.uid.clone()).collect::<BTreeSet<_>>();
+    assert_eq!(uids(&held), uids(&before), "no pod removed: {held:?}");
+    assert!(held.iter().all(|p| !p.terminating));
+    assert!(evictions(&ns.name).is_empty(), "none accepted while held");
+    assert!(
+        rk.metric("rekindle_pod_evictions_total{result=\"disruption_budget\"}")
+            .await?
+            >= 2.0
+    );
+    assert_eq!(
+        rk.metric("rekindle_pod_evictions_total{result=\"evicted\"}")
+            .await?,
+        0.0
+    );
+    assert_eq!(
+        events(&client, &ns.name, "PodRestartsBlocked").await?.len(),
+        1
+    );
+
+    Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(client.clone(), &ns.name)
+        .patch(
+            "db-pdb",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"minAvailable": 2}})),
+        )
+        .await?;
+    let sts = dynamic_api(&client, "apps/v1", "StatefulSet", Some(&ns.name)).await?;
+    let wanted = template_marker(&get_json(&sts, "db").await?).unwrap_or_default();
+    let most_down = follow_walk(&client, &ns.name, 3, &wanted).await?;
+    assert!(most_down <= 1, "within the budget");
+    assert_eq!(evictions(&ns.name), each_once(), "each pod evicted once");
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+/// rekindle killed in the middle of a walk, and started again: the new process continues from what
+/// the pods say and evicts none twice.
+#[tokio::test]
+async fn a_walk_continues_across_a_restart_and_evicts_no_pod_twice() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-podrestart-restart").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    apply_value(&client, Some(&ns.name), statefulset(3, opted_in())).await?;
+    let before = wait_all_current(&client, &ns.name, 3).await?;
+    let old: BTreeSet<String> = before.iter().map(|p| p.uid.clone()).collect();
+
+    change(&client, &ns.name, "db-config", "two").await?;
+    // The first eviction seen: a budget that allows nothing more holds the walk there (a budget
+    // the disruption controller has not processed yet refuses every eviction), and rekindle dies.
+    wait_for("the first eviction", WALK_TIMEOUT, || async {
+        let pods = pods(&client, &ns.name).await?;
+        let evicted = pods.iter().any(|p| p.terminating || !old.contains(&p.uid)) || pods.len() < 3;
+        Ok(evicted.then_some(()))
+    })
+    .await?;
+    let pdb = json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "hold"},
+        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "db"}}}
+    });
+    apply_value(&client, Some(&ns.name), pdb).await?;
+    rk.kill().await?;
+    let at_kill = pods(&client, &ns.name).await?;
+    let remaining_old: Vec<&str> = at_kill
+        .iter()
+        .filter(|p| old.contains(&p.uid) && !p.terminating)
+        .map(|p| p.name.as_str())
+        .collect();
+    assert!(
+        !remaining_old.is_empty(),
+        "the walk was not over when rekindle died: {at_kill:?}"
+    );
+
+    rk.restart().await?;
+    Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(client.clone(), &ns.name)
+        .delete("hold", &DeleteParams::default())
+        .await?;
+    let sts = dynamic_api(&client, "apps/v1", "StatefulSet", Some(&ns.name)).await?;
+    let wanted = template_marker(&get_json(&sts, "db").await?).unwrap_or_default();
+    follow_walk(&client, &ns.name, 3, &wanted).await?;
+    assert_eq!(
+        evictions(&ns.name),
+        each_once(),
+        "each pod evicted once across the restart"
+    );
+    assert_eq!(
+        generation(&get_json(&sts, "db").await?),
+        2,
+        "template written once"
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+/// Without the opt-in, an `OnDelete` StatefulSet's reload is written and restarts no pod, and it holds
+/// no budget slot: a Deployment's reload right after it is not kept waiting.
+#[tokio::test]
+async fn without_the_opt_in_an_on_delete_reload_holds_no_budget_slot() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-podrestart-budget").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    apply_yaml(
+        &client,
+        Some(&ns.name),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-config}\ndata: {setting: one}\n",
+    )
+    .await?;
+    let rk = Rekindle::start(
+        &client,
+        &[&ns.name],
+        Options {
+            args: &["--reload-debounce=0", "--max-rollouts-in-progress=1"],
+            ..Default::default()
+        },
+    )
+    .await?;
+    apply_value(
+        &client,
+        Some(&ns.name),
+        statefulset(2, json!({"reloader.stakater.com/auto": "true"})),
+    )
+    .await?;
+    deployment("web")
+        .auto()
+        .uses_configmap("web-config")
+        .apply(&client, &ns.name)
+        .await?;
+    let before = wait_all_current(&client, &ns.name, 2).await?;
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    wait_for("the Deployment's first rollout", WALK_TIMEOUT, || async {
+        let d = get_json(&deployments, "web").await?;
+        let available = d
+            .pointer("/status/availableReplicas")
+            .and_then(Value::as_i64)
+            == Some(1);
+        Ok(available.then_some(()))
+    })
+    .await?;
+
+    change(&client, &ns.name, "db-config", "two").await?;
+    let sts = dynamic_api(&client, "apps/v1", "StatefulSet", Some(&ns.name)).await?;
+    wait_for(
+        "the StatefulSet's template to be written",
+        WALK_TIMEOUT,
+        || async { Ok((generation(&get_json(&sts, "db").await?) == 2).then_some(())) },
+    )
+    .await?;
+    change(&client, &ns.name, "web-config", "two").await?;
+    // Held, it would wait for --rollout-timeout (10 minutes).
+    wait_for(
+        "the Deployment's reload",
+        Duration::from_secs(30),
+        || async { Ok((generation(&get_json(&deployments, "web").await?) == 2).then_some(())) },
+    )
+    .await?;
+    let reloaded = events(&client, &ns.name, "Reloaded").await?;
+    let note = reloaded
+        .iter()
+        .filter_map(|e| e.message.clone())
+        .find(|n| n.contains("'db'"))
+        .unwrap_or_default();
+    assert!(
+        note.contains("OnDelete") && note.contains("rekindle.io/restart: pods"),
+        "the Event says the pods will not restart and how to opt in: {note}"
+    );
+    let after = pods(&client, &ns.name).await?;
+    let uids = |ps: &[PodView]| ps.iter().map(|p| p.uid.clone()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        uids(&after),
+        uids(&before),
+        "no pod restarted without the opt-in"
+    );
+    assert_eq!(
+        rk.metric("rekindle_pod_evictions_total{result=\"evicted\"}")
+            .await?,
+        0.0
+    );
+    assert!(evictions(&ns.name).is_empty());
+    rk.stop().await?;
+    ns.cleanup().await
+}
