@@ -13,11 +13,13 @@
 //! CRD kinds (Rollouts, DeploymentConfigs) have no strategic merge, and a Deployment being paused changes
 //! fields a merge cannot guard: those are read and get a JSON patch guarded by the resourceVersion (a
 //! `test` op), re-read and retried on conflict (422 from the failed test, or 409). Jobs and CronJobs
-//! creating a Job are read too (the Job is made from the whole template). No LIST is ever made.
+//! creating a Job are read too (the Job is made from the whole template). No LIST is made for a reload;
+//! a pod-restart walk lists the workload's own pods (by its selector) at each step.
 //!
 //! Here: the queue loop and `reconcile` (what a due workload owes, attempts, failures); `release.rs`
 //! when an owed reload may be written (window, budget, canaries, halts); `write.rs` one attempt (plan
-//! and guarded write); `jobs.rs` Job creation and re-creation; `halts.rs` writing and ending halts;
+//! and guarded write); `restarts.rs` one step of a pod-restart walk; `jobs.rs` Job creation and
+//! re-creation; `halts.rs` writing and ending halts;
 //! `events.rs` the Events posted.
 
 use std::collections::{HashMap, HashSet};
