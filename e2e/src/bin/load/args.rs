@@ -42,6 +42,8 @@ pub enum Part {
     S9,
     /// SecretProviderClassPodStatus objects: memory and CPU.
     Csi,
+    /// Pod-restart walks: time and requests per pod replaced.
+    Restarts,
 }
 
 impl Part {
@@ -53,6 +55,7 @@ impl Part {
             Part::S8 => "s8",
             Part::S9 => "s9",
             Part::Csi => "csi",
+            Part::Restarts => "restarts",
         }
     }
 }
@@ -118,6 +121,12 @@ pub struct Sizes {
     /// `--only csi`: status objects.
     #[arg(long, env = "REKINDLE_BENCH_CSI_STATUSES", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub csi_statuses: u64,
+    /// `--only restarts`: StatefulSets walked at once.
+    #[arg(long, env = "REKINDLE_BENCH_RESTART_SETS", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    pub restart_sets: u64,
+    /// `--only restarts`: pods of each.
+    #[arg(long, env = "REKINDLE_BENCH_RESTART_PODS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub restart_pods: u64,
 }
 
 impl Args {

@@ -10,7 +10,8 @@
 //! `--only s8` and `--only s9` run one of them (bench/results/s8.* or s9.*). `--only s5` runs S5 alone
 //! in rounds (REKINDLE_BENCH_S5_ROUNDS, 3), taking turns with the `--vs` binary if one is given
 //! (bench/results/s5.*). `--only csi` measures SecretProviderClassPodStatus objects (bench/results/csi.*,
-//! REKINDLE_BENCH_CSI_STATUSES, 10000).
+//! REKINDLE_BENCH_CSI_STATUSES, 10000). `--only restarts` times pod-restart walks and counts their
+//! requests per pod (bench/results/restarts.*).
 //!
 //! Sizes and output: `load --help` (`args.rs`); each flag is also read from its `REKINDLE_BENCH_*`
 //! variable, which is how `just bench` passes them. One module per scenario (`s1.rs` … `s7.rs`,
@@ -24,6 +25,7 @@ mod csi;
 mod measure;
 mod plots;
 mod report;
+mod restarts;
 mod results;
 mod s1;
 mod s2;
@@ -120,6 +122,11 @@ async fn main() -> Result<()> {
         Some(Part::S6) => return s6_only(&client, &args).await,
         Some(Part::Csi) => {
             let report = csi::run(&client, &args).await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            return Ok(());
+        }
+        Some(Part::Restarts) => {
+            let report = restarts::run(&client, &args).await?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             return Ok(());
         }
