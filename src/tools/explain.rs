@@ -83,12 +83,17 @@ pub fn explain(
     // Canaries and halts as far as this one workload tells: the others, and the rollout budget, are
     // known to the running leader only.
     let release = Release::of(workload, kind, cfg.pod_restarts);
+    // Who restarts the pods once the template is written.
     let pods = match restart::restarts(workload, kind, cfg.pod_restarts) {
-        Restarts::Controller => json!("restarted by the workload's controller"),
-        Restarts::Manual => json!(format!(
-            "not restarted: its updateStrategy is OnDelete; annotate {RESTART_ANNOTATION}: pods to have rekindle evict them one at a time (with --pod-restarts)"
-        )),
-        Restarts::Evict => json!("evicted by rekindle one at a time, within their PodDisruptionBudgets"),
+        Restarts::Controller => {
+            json!({"restartedBy": "controller", "note": "its controller rolls the pods"})
+        }
+        Restarts::Manual => json!({"restartedBy": "nobody", "note": format!(
+            "its updateStrategy is OnDelete: no pod restarts until it is deleted; annotate {RESTART_ANNOTATION}: pods to have rekindle evict them one at a time"
+        )}),
+        Restarts::Evict => {
+            json!({"restartedBy": "rekindle", "note": "rekindle evicts the pods running older config, one at a time within their PodDisruptionBudgets"})
+        }
     };
     let changed_ref = ResourceRef {
         kind: res.resource_kind,
@@ -155,6 +160,9 @@ pub fn run_explain(
             println!("action:    {}", e["action"].as_str().unwrap_or(""));
             if let Some(c) = e["container"].as_str() {
                 println!("container: {c}");
+            }
+            if e["pods"]["restartedBy"] != "controller" {
+                println!("pods:      {}", e["pods"]["note"].as_str().unwrap_or(""));
             }
             let window = &e["window"];
             if let Some(error) = window["error"].as_str() {
@@ -225,6 +233,37 @@ mod tests {
         assert_eq!(again["reload"], false);
         assert_eq!(again["reason"], "already-current");
         assert!(again["patch"].is_null());
+    }
+
+    /// Who restarts the pods: an OnDelete StatefulSet's nobody, unless it opts in (and `--pod-restarts`).
+    #[test]
+    fn explain_says_who_restarts_the_pods() {
+        let sts = |annotations: Value| {
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": "db", "namespace": "ns", "annotations": annotations},
+                "spec": {"updateStrategy": {"type": "OnDelete"},
+                    "template": {"spec": {"containers": [{"name": "app", "envFrom": [{"configMapRef": {"name": "c"}}]}]}}}})
+        };
+        let cm = json!({"kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "1"}});
+        let on = PlanConfig {
+            pod_restarts: true,
+            ..Default::default()
+        };
+        let manual = sts(json!({"reloader.stakater.com/auto": "true"}));
+        let e = explain(&on, None, &manual, &cm, EventArg::Update, 0).unwrap();
+        assert_eq!(e["reload"], true, "the template is written all the same");
+        assert_eq!(e["pods"]["restartedBy"], "nobody");
+        assert!(e["pods"]["note"]
+            .as_str()
+            .unwrap()
+            .contains(RESTART_ANNOTATION));
+        let opted_in =
+            sts(json!({"reloader.stakater.com/auto": "true", RESTART_ANNOTATION: "pods"}));
+        let e = explain(&on, None, &opted_in, &cm, EventArg::Update, 0).unwrap();
+        assert_eq!(e["pods"]["restartedBy"], "rekindle");
+        let off = PlanConfig::default();
+        let e = explain(&off, None, &opted_in, &cm, EventArg::Update, 0).unwrap();
+        assert_eq!(e["pods"]["restartedBy"], "nobody", "--pod-restarts=false");
     }
 
     /// A reload outside the window is explained as deferred until it opens; the workload's own
