@@ -470,3 +470,44 @@ async fn without_the_opt_in_an_on_delete_reload_holds_no_budget_slot() -> Result
     rk.stop().await?;
     ns.cleanup().await
 }
+
+/// An `OnDelete` DaemonSet opted in: its pod (one, on the one kwok node) is evicted once and comes
+/// back with the new marker.
+#[tokio::test]
+async fn an_on_delete_daemonset_gets_its_pod_evicted_once() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-podrestart-ds").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    let mut ds = statefulset(1, opted_in());
+    ds["kind"] = json!("DaemonSet");
+    let spec = ds["spec"].as_object_mut().expect("an object");
+    spec.remove("replicas");
+    spec.remove("serviceName");
+    apply_value(&client, Some(&ns.name), ds).await?;
+    let daemonsets = dynamic_api(&client, "apps/v1", "DaemonSet", Some(&ns.name)).await?;
+    let before = wait_for("the DaemonSet's pod", WALK_TIMEOUT, || async {
+        let pods = pods(&client, &ns.name).await?;
+        let ready = pods.len() == 1 && pods[0].ready && pods[0].marker.is_some();
+        Ok(ready.then_some(pods))
+    })
+    .await?;
+
+    change(&client, &ns.name, "db-config", "two").await?;
+    let wanted = wait_for("the template to be written", WALK_TIMEOUT, || async {
+        let obj = get_json(&daemonsets, "db").await?;
+        Ok(template_marker(&obj).filter(|m| Some(m) != before[0].marker.as_ref()))
+    })
+    .await?;
+    follow_walk(&client, &ns.name, 1, &wanted).await?;
+    let after = pods(&client, &ns.name).await?;
+    assert_ne!(after[0].uid, before[0].uid, "replaced");
+    let evicted = evictions(&ns.name);
+    assert_eq!(evicted.len(), 1, "{evicted:?}");
+    assert!(
+        evicted.values().all(|n| *n == 1),
+        "evicted once: {evicted:?}"
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}
