@@ -25,7 +25,7 @@ use crate::core::policy::WorkloadPolicy;
 use crate::core::refs::{self, ResourceRef};
 use crate::core::WorkloadKind;
 use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
-use crate::metrics::{AdmissionLabels, Metrics};
+use crate::metrics::{AdmissionLabels, ErrorKind, Metrics};
 
 /// The most annotation bytes an object may carry (the apiserver's limit).
 const ANNOTATIONS_LIMIT: usize = 256 * 1024;
@@ -196,7 +196,7 @@ impl Admission {
                 ..Default::default()
             },
             Err(e) => {
-                self.metrics.error("admission");
+                self.metrics.error(ErrorKind::Admission);
                 Outcome {
                     result: "error",
                     warnings: vec![format!(

@@ -174,6 +174,74 @@ impl Eviction {
     }
 }
 
+/// What failed (`rekindle_errors_total{kind}` and `reloader_errors_total{type}`): one variant per
+/// failure mode, so a new one is a compile-time choice, not a new series from a typo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// An admission request could not be answered as planned.
+    Admission,
+    /// An alert was not delivered after its tries.
+    Alert,
+    /// An alert was dropped: its queue was full.
+    AlertDropped,
+    /// A Kubernetes Event could not be recorded.
+    Event,
+    /// A halt could not be written or removed.
+    Halt,
+    /// A `--webhook-url` notification was not delivered after its tries.
+    Notify,
+    /// A `--webhook-url` notification was dropped: its queue was full.
+    NotifyDropped,
+    /// A step of a pod-restart walk could not read the workload or its pods, or an eviction failed.
+    PodRestart,
+    /// A Job re-create record could not be finished.
+    Recreate,
+    /// A Job re-create could not be recorded first.
+    RecreateRecord,
+    /// A reload failed after every attempt (it goes back to the queue).
+    Reload,
+    /// One attempt at a reload failed.
+    ReloadAttempt,
+    /// A Deployment's pause could not be ended.
+    Resume,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 13] = [
+        Self::Admission,
+        Self::Alert,
+        Self::AlertDropped,
+        Self::Event,
+        Self::Halt,
+        Self::Notify,
+        Self::NotifyDropped,
+        Self::PodRestart,
+        Self::Recreate,
+        Self::RecreateRecord,
+        Self::Reload,
+        Self::ReloadAttempt,
+        Self::Resume,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Admission => "admission",
+            Self::Alert => "alert",
+            Self::AlertDropped => "alert_dropped",
+            Self::Event => "event",
+            Self::Halt => "halt",
+            Self::Notify => "notify",
+            Self::NotifyDropped => "notify_dropped",
+            Self::PodRestart => "pod_restart",
+            Self::Recreate => "recreate",
+            Self::RecreateRecord => "recreate_record",
+            Self::Reload => "reload",
+            Self::ReloadAttempt => "reload_attempt",
+            Self::Resume => "resume",
+        }
+    }
+}
+
 pub struct Metrics {
     pub reload_executed: Family<SuccessLabels, Counter>,
     pub reload_executed_by_namespace: Family<NamespaceLabels, Counter>,
@@ -406,13 +474,15 @@ impl Metrics {
             .inc();
     }
 
-    pub fn error(&self, kind: &str) {
+    pub fn error(&self, kind: ErrorKind) {
         self.errors
-            .get_or_create(&ErrorLabels { kind: kind.into() })
+            .get_or_create(&ErrorLabels {
+                kind: kind.label().into(),
+            })
             .inc();
         self.errors_by_type
             .get_or_create(&TypeLabels {
-                r#type: kind.into(),
+                r#type: kind.label().into(),
             })
             .inc();
     }
@@ -465,6 +535,20 @@ impl Metrics {
 mod tests {
     use super::*;
 
+    /// The README's `rekindle_errors_total` row names every failure mode the code counts.
+    #[test]
+    fn the_readme_lists_every_error_kind() {
+        let readme = include_str!("../../README.md");
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with("| `rekindle_errors_total` |"))
+            .expect("README: the rekindle_errors_total row");
+        for kind in ErrorKind::ALL {
+            let label = format!("`{}`", kind.label());
+            assert!(row.contains(&label), "README's errors row lacks {label}");
+        }
+    }
+
     #[test]
     fn reloader_names_are_exact() {
         let mut registry = Registry::default();
@@ -472,7 +556,7 @@ mod tests {
         m.reload_done("ns", "Deployment", true, 0.01);
         m.skip(Skip::NoDataChange);
         m.event(WatchEventType::Update, "configmaps");
-        m.error("reload");
+        m.error(ErrorKind::Reload);
         m.processed(WatchEventType::Update, "configmaps", Processed::Queued);
         m.scanned("Deployment");
         m.reconciled(0.0001);

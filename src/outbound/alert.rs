@@ -11,7 +11,7 @@ use axum::body::Bytes;
 use hyper::Uri;
 use serde_json::json;
 
-use crate::metrics::Metrics;
+use crate::metrics::{ErrorKind, Metrics};
 use crate::outbound::http::{Destination, HttpClient, Outbox};
 
 const QUEUE: usize = 256;
@@ -121,7 +121,7 @@ impl Alerter {
         };
         let failure_metrics = metrics.clone();
         let outbox = Outbox::start(destination, QUEUE, move |e| {
-            failure_metrics.error("alert");
+            failure_metrics.error(ErrorKind::Alert);
             tracing::warn!(error = %e, "reload alert not delivered");
         });
         Ok(Arc::new(Self {
@@ -135,7 +135,7 @@ impl Alerter {
     pub fn alert(&self, msg: String) {
         let (body, content_type) = self.cfg.payload(&msg);
         if !self.outbox.try_send(content_type, Bytes::from(body)) {
-            self.metrics.error("alert_dropped");
+            self.metrics.error(ErrorKind::AlertDropped);
         }
     }
 }

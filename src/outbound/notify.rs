@@ -17,7 +17,7 @@ use crate::core::policy::{decide_with, PolicyConfig, ResourceFlags};
 use crate::core::refs::ResourceRef;
 use crate::core::ResourceKind;
 use crate::index::{Index, WorkloadKey};
-use crate::metrics::Metrics;
+use crate::metrics::{ErrorKind, Metrics};
 use crate::outbound::http::{Destination, HttpClient, Outbox};
 
 /// Retries after the first POST.
@@ -56,7 +56,7 @@ impl Notifier {
         let failure_metrics = metrics.clone();
         let outbox = Outbox::start(destination, queue, move |e| {
             tracing::warn!(%url, error = %e, "notification not delivered");
-            failure_metrics.error("notify");
+            failure_metrics.error(ErrorKind::Notify);
         });
         Ok(Arc::new(Self { outbox, metrics }))
     }
@@ -119,7 +119,7 @@ impl Notifier {
             .try_send("application/json", Bytes::from(payload.to_string()))
         {
             tracing::warn!("webhook-url queue full; notification dropped");
-            self.metrics.error("notify_dropped");
+            self.metrics.error(ErrorKind::NotifyDropped);
         }
     }
 }

@@ -8,6 +8,7 @@ use crate::core::plan::Action;
 use crate::core::refs::ResourceRef;
 use crate::core::restart::{Restarts, RESTART_ANNOTATION};
 use crate::index::WorkloadKey;
+use crate::metrics::ErrorKind;
 use crate::outbound::alert::reload_message;
 
 impl Writer {
@@ -102,7 +103,7 @@ impl Writer {
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, &reference).await {
-            self.metrics.error("event");
+            self.metrics.error(ErrorKind::Event);
             tracing::debug!(error = %e, "could not record an Event");
         }
     }

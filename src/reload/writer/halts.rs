@@ -15,6 +15,7 @@ use super::{Writer, FIELD_MANAGER, UPKEEP_RETRY};
 use crate::core::release::{Halt, Release, HALTED_ANNOTATION};
 use crate::core::rollout::Progress;
 use crate::index::{ResourceKey, WorkloadKey};
+use crate::metrics::ErrorKind;
 use crate::reload::error::WriteError;
 use crate::reload::queue::{Deferred, Upkeep};
 use crate::reload::rollouts::FailedRollout;
@@ -78,7 +79,7 @@ impl Writer {
         };
         let e = written.err()?;
         tracing::warn!(error = %e, after = ?UPKEEP_RETRY, "could not write or remove the halt; trying again");
-        self.metrics.error("halt");
+        self.metrics.error(ErrorKind::Halt);
         Some(UPKEEP_RETRY)
     }
 

@@ -13,6 +13,7 @@ use crate::core::job::{job_from_cronjob, strip_job};
 use crate::core::patch::{MarkerChange, Place};
 use crate::core::WorkloadKind;
 use crate::index::WorkloadKey;
+use crate::metrics::ErrorKind;
 use crate::reload::error::WriteError;
 use crate::reload::recreate::{self, Leftover, Record};
 use crate::retry;
@@ -154,7 +155,7 @@ impl Writer {
         match records.write(&record).await {
             Ok(()) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 403 => {
-                self.metrics.error("recreate_record");
+                self.metrics.error(ErrorKind::RecreateRecord);
                 tracing::warn!(namespace = %records.namespace, error = %s.message,
                     "cannot record the Job before re-creating it: a crash before the create would lose it");
                 Ok(false)
@@ -170,7 +171,7 @@ impl Writer {
             return;
         };
         if let Err(e) = records.remove(uid).await {
-            self.metrics.error("recreate_record");
+            self.metrics.error(ErrorKind::RecreateRecord);
             tracing::warn!(error = %e, "could not remove the record of a finished re-create; the next leader will");
         }
     }
@@ -184,13 +185,13 @@ impl Writer {
         let (left, invalid) = match records.list().await {
             Ok(found) => found,
             Err(e) => {
-                self.metrics.error("recreate_record");
+                self.metrics.error(ErrorKind::RecreateRecord);
                 tracing::warn!(error = %e, "could not list the Jobs left to re-create");
                 return;
             }
         };
         for (name, why) in invalid {
-            self.metrics.error("recreate_record");
+            self.metrics.error(ErrorKind::RecreateRecord);
             tracing::warn!(configmap = %name, %why, "not a record of a Job to re-create; left alone");
         }
         for record in left {
@@ -202,7 +203,7 @@ impl Writer {
             let current = match jobs.get_opt(&record.name).await {
                 Ok(current) => current,
                 Err(e) => {
-                    self.metrics.error("recreate");
+                    self.metrics.error(ErrorKind::Recreate);
                     tracing::warn!(job = %record.name, namespace = %record.namespace, error = %e,
                         "could not read a Job left to re-create");
                     continue;
@@ -221,7 +222,7 @@ impl Writer {
                     Err(e) => Err(WriteError::Render(e.to_string())),
                 };
                 if let Err(e) = created {
-                    self.metrics.error("recreate");
+                    self.metrics.error(ErrorKind::Recreate);
                     tracing::error!(job = %record.name, namespace = %record.namespace, error = %e,
                         "could not create a Job left deleted by the previous leader; its record stays");
                     continue;

@@ -49,7 +49,7 @@ use crate::core::refs::ResourceRef;
 use crate::core::release::HaltedChange;
 use crate::core::window::Windows;
 use crate::index::{Index, WorkloadKey};
-use crate::metrics::{Metrics, ReasonLabels, Skip};
+use crate::metrics::{ErrorKind, Metrics, ReasonLabels, Skip};
 use crate::outbound::alert::Alerter;
 use crate::reload::lease::Leadership;
 use crate::reload::recreate::Records;
@@ -432,7 +432,7 @@ impl Writer {
 
     /// Every failed attempt counts here; the final outcome is counted by the caller.
     fn count_failed_attempt(&self, error: &WriteError) {
-        self.metrics.error("reload_attempt");
+        self.metrics.error(ErrorKind::ReloadAttempt);
         self.metrics
             .reload_attempt_failures
             .get_or_create(&ReasonLabels {
@@ -472,7 +472,7 @@ impl Writer {
             false,
             started.elapsed().as_secs_f64(),
         );
-        self.metrics.error("reload");
+        self.metrics.error(ErrorKind::Reload);
         let note = format!(
             "Reload of {} '{}' failed: {last_error}; trying again in {}s",
             key.kind,
@@ -494,7 +494,7 @@ impl Writer {
             Err(WriteError::Conflict(_)) => Some(RESUME_CONFLICT_RETRY),
             Err(e) => {
                 tracing::warn!(error = %e, after = ?UPKEEP_RETRY, "could not resume the Deployment; trying again");
-                self.metrics.error("resume");
+                self.metrics.error(ErrorKind::Resume);
                 Some(UPKEEP_RETRY)
             }
         }

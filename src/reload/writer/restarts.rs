@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::Writer;
 use crate::core::restart::{self, PodState, Restarts, Step};
 use crate::index::WorkloadKey;
-use crate::metrics::Eviction;
+use crate::metrics::{ErrorKind, Eviction};
 use crate::reload::error::WriteError;
 
 /// How soon a walk looks again while it waits for pods (the workload's status changes wake it
@@ -44,7 +44,7 @@ impl Writer {
             Ok(after) => after,
             Err(e) => {
                 tracing::warn!(error = %e, after = ?WALK_RETRY, "pod restarts: step failed; trying again");
-                self.metrics.error("pod_restart");
+                self.metrics.error(ErrorKind::PodRestart);
                 Some(WALK_RETRY)
             }
         }
