@@ -32,6 +32,24 @@ pub fn root() -> PathBuf {
         .unwrap_or_default()
 }
 
+/// The series docs/reference.md's metrics table lists (its first column; `a`, `b` rows name several):
+/// what the install tests scrape from real pods.
+pub fn documented_series() -> Result<Vec<String>> {
+    let reference = std::fs::read_to_string(root().join("docs/reference.md"))?;
+    let section = reference
+        .split("\n## Metrics")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .ok_or_else(|| anyhow::anyhow!("docs/reference.md has no Metrics section"))?;
+    let mut names = Vec::new();
+    for line in section.lines().filter(|l| l.starts_with("| `")) {
+        let first = line.split('|').nth(1).unwrap_or_default();
+        names.extend(first.split('`').skip(1).step_by(2).map(str::to_string));
+    }
+    anyhow::ensure!(names.len() > 30, "too few series documented: {names:?}");
+    Ok(names)
+}
+
 /// Where the cluster keeps its state (`target/e2e`, or `REKINDLE_E2E_STATE`).
 pub fn state_dir() -> PathBuf {
     std::env::var_os("REKINDLE_E2E_STATE")
@@ -481,4 +499,21 @@ pub async fn connect_proxy() -> Result<(String, tokio::sync::mpsc::UnboundedRece
         }
     });
     Ok((url, rx))
+}
+
+#[cfg(test)]
+mod tests {
+    /// What the install tests scrape is read from the metrics reference, rows naming several series
+    /// included.
+    #[test]
+    fn the_documented_series_are_read_from_the_reference() {
+        let series = super::documented_series().unwrap();
+        for name in [
+            "reloader_reload_executed_total",
+            "rekindle_pod_evictions_total",
+            "rest_client_requests_total",
+        ] {
+            assert!(series.iter().any(|s| s == name), "{name} not in {series:?}");
+        }
+    }
 }

@@ -896,23 +896,6 @@ async fn crds_established(names: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// The series the README's metrics table lists (its first column; `a`, `b` rows name several).
-fn readme_series() -> Result<Vec<String>> {
-    let readme = std::fs::read_to_string(root().join("README.md"))?;
-    let section = readme
-        .split("\n## Metrics")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .ok_or_else(|| anyhow!("README has no Metrics section"))?;
-    let mut names = Vec::new();
-    for line in section.lines().filter(|l| l.starts_with("| `")) {
-        let first = line.split('|').nth(1).unwrap_or_default();
-        names.extend(first.split('`').skip(1).step_by(2).map(str::to_string));
-    }
-    ensure!(names.len() > 30, "too few series in the README: {names:?}");
-    Ok(names)
-}
-
 /// The kubeconfig's client certificate, key and CA files (the node's admin), for scraping the
 /// apiserver.
 fn admin_credentials(kubeconfig: &std::path::Path) -> Result<(String, String, String)> {
@@ -1181,10 +1164,10 @@ async fn prometheus_checks(
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 
-    let series = readme_series()?;
+    let series = e2e::documented_series()?;
     for format in ["OpenMetricsText1.0.0", "PrometheusText0.0.4"] {
         wait_for(
-            &format!("every README series scraped as {format}"),
+            &format!("every documented series scraped as {format}"),
             Duration::from_secs(90),
             || async {
                 let mut missing = Vec::new();

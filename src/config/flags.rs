@@ -1,4 +1,4 @@
-//! Every server flag and how the Helm chart sets it: the one table that the command line, the README's
+//! Every server flag and how the Helm chart sets it: the one table that the command line, docs/reference.md's
 //! flag tables and the chart's values, schema and args template are checked against (the tests below),
 //! so a flag added in one place and forgotten in another fails the build's tests.
 
@@ -176,7 +176,7 @@ mod tests {
     use super::*;
     use crate::config::Cli;
 
-    const README: &str = include_str!("../../README.md");
+    const REFERENCE: &str = include_str!("../../docs/reference.md");
     const VALUES: &str = include_str!("../../charts/rekindle/values.yaml");
     const SCHEMA: &str = include_str!("../../charts/rekindle/values.schema.json");
     const HELPERS: &str = include_str!("../../charts/rekindle/templates/_helpers.tpl");
@@ -239,13 +239,13 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_documents_every_flag_and_its_default() {
+    fn the_reference_documents_every_flag_and_its_default() {
         let flags = clap_flags();
-        let section = README
-            .split("\n### Flags\n")
+        let section = REFERENCE
+            .split("\n## Flags\n")
             .nth(1)
             .and_then(|s| s.split("\n## ").next())
-            .expect("README: ### Flags");
+            .expect("docs/reference.md: ## Flags");
         let mut documented = BTreeMap::new();
         for row in section.lines().filter(|l| l.starts_with("| `--")) {
             let cells: Vec<&str> = row.trim_matches('|').split(" | ").map(str::trim).collect();
@@ -259,11 +259,14 @@ mod tests {
         }
         for (flag, default) in &flags {
             let Some((shared, doc_default)) = documented.get(flag) else {
-                panic!("README's flag tables lack --{flag}");
+                panic!("docs/reference.md's flag tables lack --{flag}");
             };
             // A row of one flag states its default exactly (a described default for an empty one).
             if *shared == 1 && !default.is_empty() {
-                assert_eq!(doc_default, default, "README's default of --{flag}");
+                assert_eq!(
+                    doc_default, default,
+                    "docs/reference.md's default of --{flag}"
+                );
             }
         }
     }

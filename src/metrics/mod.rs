@@ -1,6 +1,6 @@
 //! Prometheus metrics: Reloader's names and label values (dashboards and alerts keep working) plus
 //! `rekindle_*` for what only rekindle has, the standard `process_*` series and client-go's
-//! `rest_client_*`. Every family and its label values are listed in the README.
+//! `rest_client_*`. Every family and its label values are listed in docs/reference.md.
 
 pub mod exposition;
 pub mod process;
@@ -535,17 +535,17 @@ impl Metrics {
 mod tests {
     use super::*;
 
-    /// The README's `rekindle_errors_total` row names every failure mode the code counts.
+    /// The metrics reference's `rekindle_errors_total` row names every failure mode the code counts.
     #[test]
-    fn the_readme_lists_every_error_kind() {
-        let readme = include_str!("../../README.md");
-        let row = readme
+    fn the_reference_lists_every_error_kind() {
+        let reference = include_str!("../../docs/reference.md");
+        let row = reference
             .lines()
             .find(|l| l.starts_with("| `rekindle_errors_total` |"))
-            .expect("README: the rekindle_errors_total row");
+            .expect("docs/reference.md: the rekindle_errors_total row");
         for kind in ErrorKind::ALL {
             let label = format!("`{}`", kind.label());
-            assert!(row.contains(&label), "README's errors row lacks {label}");
+            assert!(row.contains(&label), "the errors row lacks {label}");
         }
     }
 
