@@ -33,7 +33,7 @@ use crate::reload::recreate::Records;
 use crate::reload::rollouts::Rollouts;
 use crate::reload::triggers::Triggers;
 use crate::reload::warm;
-use crate::reload::writer::{self, Writer};
+use crate::reload::writer::{self, Writer, WriterParts};
 use crate::server::admin::{self, Health};
 use crate::server::{bind, tls};
 use crate::watch::{self, Ctx, ReadyTracker, Sink, WatchId, WatchPart, Watched};
@@ -637,26 +637,31 @@ fn writer(
         controller: "rekindle".into(),
         instance: instance_name(config),
     };
-    let mut writer = Writer::new(
-        client.clone(),
-        config.plan.clone(),
-        ctx.index.clone(),
-        queue.clone(),
-        metrics.clone(),
-        Recorder::new(client.clone(), reporter),
-        config.max_concurrent_reloads,
-        leadership.clone(),
-    );
-    writer.default_window = config.reload_window.clone();
-    writer.rollouts = rollouts;
-    writer.sync = Some(ctx.ready.progress());
-    if let Some(namespace) = &config.pod_namespace {
-        writer.recreates = Some(Records::new(client.clone(), namespace));
-    }
-    if let Some(alerts) = config.alerts.clone() {
-        tracing::info!(sink = ?alerts.sink, "alerts after reloads on");
-        writer.alerter = Some(Alerter::start(alerts, metrics.clone())?);
-    }
+    let alerter = match config.alerts.clone() {
+        Some(alerts) => {
+            tracing::info!(sink = ?alerts.sink, "alerts after reloads on");
+            Some(Alerter::start(alerts, metrics.clone())?)
+        }
+        None => None,
+    };
+    let writer = Writer::new(WriterParts {
+        client: client.clone(),
+        plan: config.plan.clone(),
+        index: ctx.index.clone(),
+        queue: queue.clone(),
+        metrics: metrics.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        max_concurrent: config.max_concurrent_reloads,
+        leadership: leadership.clone(),
+        alerter,
+        default_window: config.reload_window.clone(),
+        rollouts,
+        sync: Some(ctx.ready.progress()),
+        recreates: config
+            .pod_namespace
+            .as_ref()
+            .map(|namespace| Records::new(client.clone(), namespace)),
+    });
     Ok(Arc::new(writer))
 }
 

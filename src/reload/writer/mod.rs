@@ -98,29 +98,48 @@ const RELEASE_ORDER_WAIT: Duration = Duration::from_secs(60);
 /// Size of the set of invalid annotations already reported at which deleted workloads are forgotten.
 const WARNED_PRUNE_AT: usize = 1024;
 
-pub struct Writer {
+/// Everything a writer is made of, given at once: nothing is set on a writer after it is built, so no
+/// policy can be switched off by a line forgotten in the wiring.
+pub struct WriterParts {
     pub client: Client,
     pub plan: PlanConfig,
     pub index: Arc<Index>,
     pub queue: Arc<Queue>,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
+    /// `--max-concurrent-reloads`: writes in flight at once.
     pub max_concurrent: usize,
-    /// One permit per write in flight (`--max-concurrent-reloads`); never held while waiting to retry.
-    slots: Arc<Semaphore>,
     /// Only the leader writes.
     pub leadership: Leadership,
     /// Alerts after each reload (`ALERT_ON_RELOAD`).
     pub alerter: Option<Arc<Alerter>>,
     /// `--reload-window`: when reloads of workloads without their own window may start.
     pub default_window: Option<Windows>,
-    /// `--max-rollouts-in-progress`: the slots reloads take (unlimited unless set).
+    /// `--max-rollouts-in-progress`, canaries' and halts' rollouts: the rollouts followed.
     pub rollouts: Arc<Rollouts>,
     /// The first sync's progress: the writer starts once every workload watch has listed. None: at once.
     pub sync: Option<tokio::sync::watch::Receiver<SyncProgress>>,
     /// Where Jobs being re-created are recorded (the replica's namespace); None: not recorded, and a
     /// crash between a Job's delete and its create loses it.
     pub recreates: Option<Records>,
+}
+
+pub struct Writer {
+    client: Client,
+    plan: PlanConfig,
+    index: Arc<Index>,
+    queue: Arc<Queue>,
+    metrics: Arc<Metrics>,
+    recorder: Recorder,
+    max_concurrent: usize,
+    /// One permit per write in flight (`--max-concurrent-reloads`); never held while waiting to retry.
+    slots: Arc<Semaphore>,
+    leadership: Leadership,
+    alerter: Option<Arc<Alerter>>,
+    default_window: Option<Windows>,
+    rollouts: Arc<Rollouts>,
+    sync: Option<tokio::sync::watch::Receiver<SyncProgress>>,
+    recreates: Option<Records>,
     /// (workload, annotation value) pairs already reported as invalid: one Warning Event each.
     warned: Mutex<HashSet<(WorkloadKey, String)>>,
     /// Pod-restart walks this process has started, and what their Events said.
@@ -165,32 +184,37 @@ impl Failure {
 }
 
 impl Writer {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        client: Client,
-        plan: PlanConfig,
-        index: Arc<Index>,
-        queue: Arc<Queue>,
-        metrics: Arc<Metrics>,
-        recorder: Recorder,
-        max_concurrent: usize,
-        leadership: Leadership,
-    ) -> Self {
+    pub fn new(parts: WriterParts) -> Self {
+        let WriterParts {
+            client,
+            plan,
+            index,
+            queue,
+            metrics,
+            recorder,
+            max_concurrent,
+            leadership,
+            alerter,
+            default_window,
+            rollouts,
+            sync,
+            recreates,
+        } = parts;
         Self {
             client,
             plan,
             index,
             queue,
-            metrics: metrics.clone(),
+            metrics,
             recorder,
             max_concurrent,
             slots: Arc::new(Semaphore::new(max_concurrent)),
             leadership,
-            alerter: None,
-            default_window: None,
-            rollouts: Rollouts::new(0, Duration::ZERO, false, Arc::default(), metrics.clone()),
-            sync: None,
-            recreates: None,
+            alerter,
+            default_window,
+            rollouts,
+            sync,
+            recreates,
             warned: Mutex::default(),
             walks: Mutex::default(),
         }

@@ -10,7 +10,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::Writer;
+use super::{Writer, WriterParts};
 use crate::config::scope::ScopeFilter;
 use crate::config::Scope;
 use crate::core::plan::PlanConfig;
@@ -110,16 +110,15 @@ fn fixture_leading(
         controller: "rekindle".into(),
         instance: None,
     };
-    let writer = Arc::new(Writer::new(
-        client.clone(),
+    let writer = Arc::new(Writer::new(parts(
+        client,
         plan,
         index,
         queue,
         metrics.clone(),
-        Recorder::new(client, reporter),
-        1,
+        reporter,
         leadership,
-    ));
+    )));
     let now = Instant::now();
     let pending = Pending {
         failures: 0,
@@ -876,22 +875,53 @@ fn writer_serving(scope: ScopeFilter) -> Writer {
         controller: "rekindle".into(),
         instance: None,
     };
-    let mut writer = Writer::new(
-        client.clone(),
-        PlanConfig::default(),
-        Arc::new(Index::new()),
-        Arc::new(Queue::new(QueueConfig {
-            debounce: Default::default(),
-            debounce_max: Default::default(),
-            min_interval: Default::default(),
-        })),
-        metrics.clone(),
-        Recorder::new(client, reporter),
-        1,
-        Leadership::always(),
-    );
-    writer.rollouts = Rollouts::new(0, Duration::ZERO, false, Arc::new(scope), metrics);
-    writer
+    let queue = Arc::new(Queue::new(QueueConfig {
+        debounce: Default::default(),
+        debounce_max: Default::default(),
+        min_interval: Default::default(),
+    }));
+    let index = Arc::new(Index::new());
+    let plan = PlanConfig::default();
+    let serving = Rollouts::new(0, Duration::ZERO, false, Arc::new(scope), metrics.clone());
+    Writer::new(WriterParts {
+        rollouts: serving,
+        ..parts(
+            client,
+            plan,
+            index,
+            queue,
+            metrics,
+            reporter,
+            Leadership::always(),
+        )
+    })
+}
+
+/// A writer's parts with one write at a time and no optional policy; `rollouts` follows nothing.
+fn parts(
+    client: kube::Client,
+    plan: PlanConfig,
+    index: Arc<Index>,
+    queue: Arc<Queue>,
+    metrics: Arc<Metrics>,
+    reporter: Reporter,
+    leadership: Leadership,
+) -> WriterParts {
+    WriterParts {
+        client: client.clone(),
+        plan,
+        index,
+        queue,
+        rollouts: Rollouts::new(0, Duration::ZERO, false, Arc::default(), metrics.clone()),
+        metrics,
+        recorder: Recorder::new(client, reporter),
+        max_concurrent: 1,
+        leadership,
+        alerter: None,
+        default_window: None,
+        sync: None,
+        recreates: None,
+    }
 }
 
 /// A canary of a kind this replica ignores never reloads here: the others do not wait for it.
