@@ -208,7 +208,7 @@ async fn run(config: Config) -> Result<()> {
     let watches = spawn_watches(&client, &config, &ctx, &builtin, &optional);
     // Every start-up watch is registered: only now may the last one to sync make the process ready.
     ready.seal();
-    let writer_task = start_reloads(
+    let reloads = start_reloads(
         &config,
         &write_client,
         &ctx,
@@ -219,8 +219,13 @@ async fn run(config: Config) -> Result<()> {
     let housekeeping = housekeeping(&config, &ctx, &leadership);
     let housekeeping = tokio::spawn(housekeeping.run(shutdown.clone()));
 
+    let (writer_task, beside) = match reloads {
+        Some(t) => (Some(t.writer), t.beside),
+        None => (None, Vec::new()),
+    };
     let tasks = Critical {
         writer: writer_task,
+        beside: beside.into_iter().map(|(n, t)| (n, Some(t))).collect(),
         election,
         webhook: webhook_task,
         admin: Some(admin_task),
@@ -283,7 +288,7 @@ fn start_reloads(
     leadership: &Leadership,
     health: &Arc<Health>,
     shutdown: &CancellationToken,
-) -> Result<Option<JoinHandle<()>>> {
+) -> Result<Option<WriterTasks>> {
     let Sink::Reload { triggers, rollouts } = &ctx.sink else {
         tracing::info!("--webhook-url: changes are POSTed there; no workload is touched");
         return Ok(None);
@@ -378,24 +383,37 @@ fn writer_live_check(queue: Arc<Queue>, leadership: Leadership) -> admin::LiveCh
     })
 }
 
+/// The writer's task, and the tasks beside it (each by its name): the supervision of its rollouts and
+/// the write connection kept warm.
+struct WriterTasks {
+    writer: JoinHandle<()>,
+    beside: Vec<(String, JoinHandle<()>)>,
+}
+
 /// Starts the writer, with the supervision of its rollouts and the write connection kept warm.
 fn start_writer(
     writer: Arc<Writer>,
     write_client: &Client,
     health: &Arc<Health>,
     shutdown: &CancellationToken,
-) -> JoinHandle<()> {
+) -> WriterTasks {
     let synced = {
         let health = health.clone();
         move || health.is_ready()
     };
-    tokio::spawn(writer.clone().supervise_rollouts(synced, shutdown.clone()));
-    tokio::spawn(warm::keep_warm(
+    let supervision = tokio::spawn(writer.clone().supervise_rollouts(synced, shutdown.clone()));
+    let warm = tokio::spawn(warm::keep_warm(
         write_client.clone(),
         warm::INTERVAL,
         shutdown.clone(),
     ));
-    tokio::spawn(writer.run(shutdown.clone()))
+    WriterTasks {
+        writer: tokio::spawn(writer.run(shutdown.clone())),
+        beside: vec![
+            ("the rollout supervision".into(), supervision),
+            ("the writer's warm connection".into(), warm),
+        ],
+    }
 }
 
 /// How long a replica whose task failed may take to stop its other tasks and release its Lease.
@@ -409,6 +427,8 @@ struct Critical {
     webhook: Option<JoinHandle<()>>,
     admin: Option<JoinHandle<()>>,
     housekeeping: Option<JoinHandle<()>>,
+    /// The writer's companions by name (the rollout supervision, the warm connection).
+    beside: Vec<(String, Option<JoinHandle<()>>)>,
     /// Each watch by its name (`configmaps/<namespace>`, `Deployment/*`, ...).
     watches: Vec<(String, Option<JoinHandle<()>>)>,
 }
@@ -428,6 +448,9 @@ impl Critical {
                 &mut self.housekeeping,
             ),
         ];
+        for (name, task) in &mut self.beside {
+            slots.push((name.clone(), task));
+        }
         for (name, task) in &mut self.watches {
             slots.push((format!("the watch of {name}"), task));
         }
@@ -448,6 +471,11 @@ impl Critical {
             let _ = t.await;
         }
         writes_done.cancel();
+        for (_, t) in &mut self.beside {
+            if let Some(t) = t.take() {
+                t.abort();
+            }
+        }
         if let Some(t) = self.election.take() {
             let _ = t.await;
         }
@@ -844,6 +872,7 @@ mod tests {
             webhook: None,
             admin: None,
             housekeeping: None,
+            beside: Vec::new(),
             watches: watches
                 .into_iter()
                 .map(|(n, t)| (n.to_string(), Some(t)))
@@ -889,6 +918,18 @@ mod tests {
         assert_eq!(
             writer_returns.first_to_end().await,
             ("the writer".into(), "returned".into())
+        );
+
+        // The tasks beside the writer are supervised too: the rollout supervision writes no halt and
+        // wakes no deferred reload once it is gone.
+        let mut beside = critical(forever(), vec![]);
+        beside.beside = vec![(
+            "the rollout supervision".into(),
+            Some(tokio::spawn(async { panic!("boom") })),
+        )];
+        assert_eq!(
+            beside.first_to_end().await,
+            ("the rollout supervision".into(), "panicked".into())
         );
     }
 }
