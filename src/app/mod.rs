@@ -1,15 +1,17 @@
 //! Wiring only: the client, the registry, the index, the servers, the watches and the writer.
 
+mod clients;
 mod housekeeping;
 mod sizes;
+mod supervisor;
 
+use clients::{clients, instance_name, self_username, streaming_lists};
 use housekeeping::Housekeeping;
 use std::sync::Arc;
+use supervisor::{until_stopped, Critical};
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::PostParams;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -65,87 +67,6 @@ fn init_logging(config: &Config) {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
     };
-}
-
-/// Two clients from one read of the kubeconfig: one for the watches and everything else, and the
-/// writer's own, whose connection pool the watches do not hold (reload::warm keeps it open).
-async fn clients(config: &Config, metrics: &Metrics) -> Result<(Client, Client)> {
-    let mut kube_config = match &config.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no kubeconfig and not in a cluster")?,
-    };
-    // Which replica made a request, in the apiserver's audit log (client-go's agent names the binary).
-    let agent = format!(
-        "rekindle/{} ({})",
-        env!("CARGO_PKG_VERSION"),
-        instance_name(config).unwrap_or_default()
-    );
-    if let Ok(agent) = http::HeaderValue::from_str(&agent) {
-        kube_config.headers.push((http::header::USER_AGENT, agent));
-    }
-    let host = kube_config
-        .cluster_url
-        .authority()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    let layer = metrics.rest_layer(host);
-    let build = |c: kube::Config| -> Result<Client> {
-        Ok(kube::client::ClientBuilder::try_from(c)?
-            .with_layer(&layer)
-            .build())
-    };
-    let watches = build(kube_config.clone())?;
-    // The writer retries what it sends itself (bounded attempts, then the queue's backoff), and an
-    // eviction a PodDisruptionBudget refuses (429) must come back to the walk at once: kube's own
-    // retry of 429s (up to 15 tries, minutes of backoff) would hold the write permit meanwhile.
-    kube_config.default_retry = false;
-    Ok((watches, build(kube_config)?))
-}
-
-/// `--streaming-lists`: as given, or (auto) whether the apiserver is 1.34 or later, where it streams
-/// the first state by default (1.33 turned the feature off again).
-async fn streaming_lists(client: &Client, flag: Option<bool>) -> bool {
-    if let Some(on) = flag {
-        return on;
-    }
-    match client.apiserver_version().await {
-        Ok(v) => {
-            let minor: u32 = v
-                .minor
-                .trim_end_matches(|c: char| !c.is_ascii_digit())
-                .parse()
-                .unwrap_or(0);
-            let on = v.major == "1" && minor >= 34;
-            tracing::info!(version = %v.git_version, streaming_lists = on, "apiserver version");
-            on
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "could not read the apiserver's version; listing in pages");
-            false
-        }
-    }
-}
-
-/// rekindle's own user name: its requests pass the webhook unchanged.
-async fn self_username(client: &Client) -> Option<String> {
-    let review: SelfSubjectReview =
-        serde_json::from_value(serde_json::json!({"metadata": {}})).ok()?;
-    match Api::<SelfSubjectReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-    {
-        Ok(r) => r.status.and_then(|s| s.user_info).and_then(|u| u.username),
-        Err(e) => {
-            tracing::warn!(error = %e, "could not learn rekindle's own identity; its own writes will go through the webhook");
-            None
-        }
-    }
 }
 
 async fn run(config: Config) -> Result<()> {
@@ -318,48 +239,6 @@ fn housekeeping(config: &Config, ctx: &Ctx, leadership: &Leadership) -> Housekee
     }
 }
 
-/// Runs until a signal, or until one of the critical tasks ends (an error: the replica is restarted);
-/// then stops them all in order.
-async fn until_stopped(
-    mut tasks: Critical,
-    config: &Config,
-    health: &Health,
-    metrics: &Metrics,
-    shutdown: &CancellationToken,
-    writes_done: &CancellationToken,
-) -> Result<()> {
-    let ended = tokio::select! {
-        _ = wait_for_signal() => None,
-        ended = tasks.first_to_end() => Some(ended),
-    };
-    if let Some((task, how)) = ended {
-        // Live and Ready but silently not doing its job is worse than a restart: the catch-up of the
-        // next start repairs whatever this replica left undone. The Lease is still released, so the
-        // other replica need not wait for it to expire.
-        tracing::error!(%task, %how, "a task the replica needs stopped; exiting");
-        health.set_ready(false);
-        metrics.ready.set(0);
-        let stopped = tasks.stop(shutdown, writes_done);
-        if tokio::time::timeout(STOP_AFTER_FAILURE, stopped)
-            .await
-            .is_err()
-        {
-            tracing::warn!("could not stop cleanly within {STOP_AFTER_FAILURE:?}");
-        }
-        anyhow::bail!("{task} stopped ({how}); exiting so the replica is restarted");
-    }
-    tracing::info!("shutting down: failing readiness, draining");
-    health.set_ready(false);
-    metrics.ready.set(0);
-    if tasks.webhook.is_some() && !config.shutdown_delay.is_zero() {
-        // Endpoints drop an unready Pod a few seconds late; keep answering the apiserver until then.
-        tokio::time::sleep(config.shutdown_delay).await;
-    }
-    tasks.stop(shutdown, writes_done).await;
-    tracing::info!("stopped");
-    Ok(())
-}
-
 /// The reload queue of the configuration's debounce and cooldown.
 fn reload_queue(config: &Config, metrics: &Metrics) -> Arc<Queue> {
     let queue = Queue::new(QueueConfig {
@@ -414,117 +293,6 @@ fn start_writer(
             ("the writer's warm connection".into(), warm),
         ],
     }
-}
-
-/// How long a replica whose task failed may take to stop its other tasks and release its Lease.
-const STOP_AFTER_FAILURE: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// The tasks without which the replica does not do its job. None ends before shutdown: the first that
-/// does (returns or panics) ends the process.
-struct Critical {
-    writer: Option<JoinHandle<()>>,
-    election: Option<JoinHandle<()>>,
-    webhook: Option<JoinHandle<()>>,
-    admin: Option<JoinHandle<()>>,
-    housekeeping: Option<JoinHandle<()>>,
-    /// The writer's companions by name (the rollout supervision, the warm connection).
-    beside: Vec<(String, Option<JoinHandle<()>>)>,
-    /// Each watch by its name (`configmaps/<namespace>`, `Deployment/*`, ...).
-    watches: Vec<(String, Option<JoinHandle<()>>)>,
-}
-
-impl Critical {
-    fn slots(&mut self) -> Vec<(String, &mut Option<JoinHandle<()>>)> {
-        let mut slots = vec![
-            ("the writer".to_string(), &mut self.writer),
-            ("the leader election".to_string(), &mut self.election),
-            (
-                "the admission webhook server".to_string(),
-                &mut self.webhook,
-            ),
-            ("the admin server".to_string(), &mut self.admin),
-            (
-                "the catch-up and consistency pass".to_string(),
-                &mut self.housekeeping,
-            ),
-        ];
-        for (name, task) in &mut self.beside {
-            slots.push((name.clone(), task));
-        }
-        for (name, task) in &mut self.watches {
-            slots.push((format!("the watch of {name}"), task));
-        }
-        slots
-    }
-
-    /// Waits for the first task to end; its name and how it ended. It is taken out, so
-    /// [`Critical::stop`] does not wait for it again.
-    async fn first_to_end(&mut self) -> (String, String) {
-        first_to_end(self.slots()).await
-    }
-
-    /// Stops everything in order: the writer's last write returns before the Lease is released, so two
-    /// replicas never write at once; the webhook drains; the watches and housekeeping are dropped.
-    async fn stop(mut self, shutdown: &CancellationToken, writes_done: &CancellationToken) {
-        shutdown.cancel();
-        if let Some(t) = self.writer.take() {
-            let _ = t.await;
-        }
-        writes_done.cancel();
-        for (_, t) in &mut self.beside {
-            if let Some(t) = t.take() {
-                t.abort();
-            }
-        }
-        if let Some(t) = self.election.take() {
-            let _ = t.await;
-        }
-        if let Some(t) = self.webhook.take() {
-            let _ = t.await;
-        }
-        for (_, w) in &mut self.watches {
-            if let Some(w) = w.take() {
-                w.abort();
-            }
-        }
-        if let Some(t) = self.housekeeping.take() {
-            t.abort();
-        }
-        if let Some(t) = self.admin.take() {
-            let _ = t.await;
-        }
-    }
-}
-
-/// Waits for the first of `tasks` (those present) to end, takes it out of its slot, and says which one
-/// it was and how it ended (returned, or panicked).
-async fn first_to_end(tasks: Vec<(String, &mut Option<JoinHandle<()>>)>) -> (String, String) {
-    let (names, slots): (Vec<String>, Vec<_>) = tasks.into_iter().unzip();
-    let running: Vec<_> = slots
-        .into_iter()
-        .enumerate()
-        .filter(|(_, slot)| slot.is_some())
-        .map(|(i, slot)| {
-            Box::pin(async move {
-                let result = match slot.as_mut() {
-                    Some(task) => task.await,
-                    None => std::future::pending().await,
-                };
-                (i, result, slot)
-            })
-        })
-        .collect();
-    if running.is_empty() {
-        return std::future::pending().await;
-    }
-    let ((i, result, slot), _, _) = futures::future::select_all(running).await;
-    *slot = None;
-    let how = match result {
-        Ok(()) => "returned".to_string(),
-        Err(e) if e.is_panic() => "panicked".to_string(),
-        Err(e) => e.to_string(),
-    };
-    (names[i].clone(), how)
 }
 
 /// The workload kinds to watch: built-in kinds are always served; Argo Rollouts (when enabled) and
@@ -836,100 +604,4 @@ fn spawn_watches(
         watches.start_in(client, config, ctx, ns.as_deref(), builtin, optional);
     }
     watches.started
-}
-
-/// This replica's name: the pod's (downward API), else the host's.
-fn instance_name(config: &Config) -> Option<String> {
-    config
-        .pod_name
-        .clone()
-        .or_else(|| hostname::get().ok().and_then(|h| h.into_string().ok()))
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn critical(writer: JoinHandle<()>, watches: Vec<(&str, JoinHandle<()>)>) -> Critical {
-        Critical {
-            writer: Some(writer),
-            election: None,
-            webhook: None,
-            admin: None,
-            housekeeping: None,
-            beside: Vec::new(),
-            watches: watches
-                .into_iter()
-                .map(|(n, t)| (n.to_string(), Some(t)))
-                .collect(),
-        }
-    }
-
-    /// Any critical task that ends, a watch included, is named with how it ended and taken out; stopping
-    /// the rest then neither waits for it again nor hangs.
-    #[tokio::test]
-    async fn a_critical_task_that_panics_or_returns_is_named() {
-        let forever = || tokio::spawn(std::future::pending::<()>());
-        let mut tasks = critical(
-            forever(),
-            vec![
-                ("configmaps/a", forever()),
-                ("Deployment/a", tokio::spawn(async { panic!("boom") })),
-            ],
-        );
-        let ended = tasks.first_to_end().await;
-        assert_eq!(
-            ended,
-            ("the watch of Deployment/a".into(), "panicked".into())
-        );
-        assert!(tasks.watches[1].1.is_none(), "the ended task was taken out");
-
-        let mut tasks = critical(forever(), vec![("secrets/*", tokio::spawn(async {}))]);
-        let ended = tasks.first_to_end().await;
-        assert_eq!(ended, ("the watch of secrets/*".into(), "returned".into()));
-        // The writer is still running: stop() cancels it through `shutdown`, so give it one that listens.
-        let shutdown = CancellationToken::new();
-        tasks.writer = Some(tokio::spawn(shutdown.clone().cancelled_owned()));
-        let writes_done = CancellationToken::new();
-        tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            tasks.stop(&shutdown, &writes_done),
-        )
-        .await
-        .expect("stopping the rest after a failure hangs");
-        assert!(writes_done.is_cancelled());
-
-        let mut writer_returns = critical(tokio::spawn(async {}), vec![]);
-        assert_eq!(
-            writer_returns.first_to_end().await,
-            ("the writer".into(), "returned".into())
-        );
-
-        // The tasks beside the writer are supervised too: the rollout supervision writes no halt and
-        // wakes no deferred reload once it is gone.
-        let mut beside = critical(forever(), vec![]);
-        beside.beside = vec![(
-            "the rollout supervision".into(),
-            Some(tokio::spawn(async { panic!("boom") })),
-        )];
-        assert_eq!(
-            beside.first_to_end().await,
-            ("the rollout supervision".into(), "panicked".into())
-        );
-    }
 }
