@@ -153,6 +153,28 @@ impl Skip {
     }
 }
 
+/// Why the writer read a workload instead of planning from the index
+/// (`rekindle_workload_reads_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadReason {
+    /// The kind is written from the live object: Jobs, CronJobs creating a Job, CRDs, pause periods.
+    Kind,
+    /// The index has no stored record of it (admission's record only, or none).
+    NotIndexed,
+    /// An attempt after a failed one plans from the object as it is now.
+    Retry,
+}
+
+impl ReadReason {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Kind => "kind",
+            Self::NotIndexed => "not_indexed",
+            Self::Retry => "retry",
+        }
+    }
+}
+
 /// The result of one eviction of a pod-restart walk (`rekindle_pod_evictions_total{result}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Eviction {
@@ -418,6 +440,14 @@ impl Metrics {
                 ("commit", env!("REKINDLE_GIT_COMMIT")),
             ]),
         );
+    }
+
+    pub fn workload_read(&self, reason: ReadReason) {
+        self.workload_reads
+            .get_or_create(&ReasonLabels {
+                reason: reason.label().into(),
+            })
+            .inc();
     }
 
     pub fn eviction(&self, result: Eviction) {

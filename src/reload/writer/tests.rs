@@ -485,7 +485,7 @@ async fn a_crd_kind_is_read_patched_on_its_version_and_retried_after_a_conflict(
         metrics
             .workload_reads
             .get_or_create(&ReasonLabels {
-                reason: "kind".into()
+                reason: crate::metrics::ReadReason::Kind.label().into()
             })
             .get(),
         1

@@ -16,7 +16,7 @@ use crate::core::restart::{self, Restarts};
 use crate::core::skeleton;
 use crate::core::WorkloadKind;
 use crate::index::{ResourceKey, WorkloadEntry, WorkloadKey};
-use crate::metrics::ReasonLabels;
+use crate::metrics::ReadReason;
 use crate::reload::error::WriteError;
 use crate::reload::queue::{Pending, Upkeep};
 use std::time::Duration;
@@ -94,12 +94,7 @@ impl Writer {
             Ok((skeleton, rv)) => return Ok(Some((skeleton, rv.to_string()))),
             Err(reason) => reason,
         };
-        self.metrics
-            .workload_reads
-            .get_or_create(&ReasonLabels {
-                reason: reason.into(),
-            })
-            .inc();
+        self.metrics.workload_read(reason);
         let Some(obj) = api
             .get_opt(&key.name)
             .await
@@ -182,15 +177,15 @@ impl Writer {
         &self,
         key: &WorkloadKey,
         from_index: bool,
-    ) -> Result<(Value, u64), &'static str> {
+    ) -> Result<(Value, u64), ReadReason> {
         if !from_index {
-            return Err("retry");
+            return Err(ReadReason::Retry);
         }
-        let (skeleton, rv) = self.index.skeleton(key).ok_or("not_indexed")?;
+        let (skeleton, rv) = self.index.skeleton(key).ok_or(ReadReason::NotIndexed)?;
         // Only a record with no resourceVersion to guard the write with (never seen stored).
-        let rv = rv.ok_or("not_indexed")?;
+        let rv = rv.ok_or(ReadReason::NotIndexed)?;
         if skeleton::needs_live_object(&self.plan, &skeleton, key.kind) {
-            return Err("kind");
+            return Err(ReadReason::Kind);
         }
         Ok((skeleton, rv))
     }
