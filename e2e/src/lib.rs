@@ -7,6 +7,7 @@ pub mod csi;
 pub mod fixtures;
 pub mod migration;
 pub mod node;
+pub mod policy;
 pub mod prometheus;
 pub mod proxy;
 pub mod rekindle;

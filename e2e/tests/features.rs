@@ -4,13 +4,14 @@ use std::time::Duration;
 
 use anyhow::Result;
 use e2e::fixtures::{deployment, env_value, generation};
+use e2e::policy::{refuse_new_pods, Policy};
 use e2e::rekindle::{Options, Rekindle};
 use e2e::{
     admin_client, apply_value, apply_yaml, dynamic_api, expect_replica_sets, get_json,
     replica_sets, wait_for, wait_replica_sets, TestNamespace, TIMEOUT,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
@@ -1239,7 +1240,7 @@ async fn canary_fleet(
     wait_rollouts_finished(&deployments, count).await?;
     let stamped = env_value(&get_json(&deployments, "canary").await?, MARKER_ENV)
         .ok_or_else(|| anyhow::anyhow!("the canary was not stamped"))?;
-    let policy = refuse_new_pods(client, ns, &["canary"], &stamped).await?;
+    let policy = refuse_new_pods(client, ns, &["canary"], MARKER_ENV, &stamped).await?;
     Ok((deployments, stamped, policy))
 }
 
@@ -1608,7 +1609,14 @@ async fn with_halt_on_failed_rollout_any_failed_rollout_halts_its_change() -> Re
     wait_rollouts_finished(&deployments, 2).await?;
     let stamped = env_value(&get_json(&deployments, "first").await?, MARKER_ENV)
         .ok_or_else(|| anyhow::anyhow!("first was not stamped"))?;
-    let policy = refuse_new_pods(&client, &ns.name, &["first", "second"], &stamped).await?;
+    let policy = refuse_new_pods(
+        &client,
+        &ns.name,
+        &["first", "second"],
+        MARKER_ENV,
+        &stamped,
+    )
+    .await?;
 
     change_cm(&client, &ns.name, "app-config", "broken").await?;
     let halted = wait_for("a halt", Duration::from_secs(90), || async {
@@ -1761,100 +1769,4 @@ fn workload_writes(ns: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// A cluster-wide admission policy, bound to one namespace, removed when the test is done with it.
-struct Policy(String);
-
-impl Policy {
-    async fn remove(self, client: &Client) -> Result<()> {
-        for kind in [
-            "ValidatingAdmissionPolicyBinding",
-            "ValidatingAdmissionPolicy",
-        ] {
-            dynamic_api(client, "admissionregistration.k8s.io/v1", kind, None)
-                .await?
-                .delete(&self.0, &DeleteParams::default())
-                .await?;
-        }
-        Ok(())
-    }
-}
-
-/// Refuses, in `ns`, pods of the Deployments `apps` whose config marker is not `stamped`.
-async fn refuse_new_pods(
-    client: &Client,
-    ns: &str,
-    apps: &[&str],
-    stamped: &str,
-) -> Result<Policy> {
-    let app = apps[0];
-    let name = format!("refuse-{app}-{ns}");
-    let listed = apps
-        .iter()
-        .map(|a| format!("'{a}'"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let allowed = format!(
-        "!has(object.metadata.labels) || !(object.metadata.labels[?'app'].orValue('') in [{listed}]) || \
-         (has(object.spec.containers[0].env) && object.spec.containers[0].env.exists(e, e.name == '{MARKER_ENV}' && has(e.value) && e.value == '{stamped}'))"
-    );
-    apply_value(
-        client,
-        None,
-        json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                    "operations": ["CREATE"], "resources": ["pods"]}]},
-                "validations": [{"expression": allowed, "message": "the new configuration is refused"}],
-            },
-        }),
-    )
-    .await?;
-    apply_value(
-        client,
-        None,
-        json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": name},
-            "spec": {
-                "policyName": name,
-                "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}},
-            },
-        }),
-    )
-    .await?;
-    // The apiserver loads policies asynchronously: a pod with another configuration, created as a
-    // dry run, is refused once the policy is in force. (Were it not, the new pod could be admitted,
-    // and a halt written at a slow rollout's deadline would end when the pod came up.)
-    let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    let probe: Pod = serde_json::from_value(json!({
-        "metadata": {"generateName": "probe-", "labels": {"app": app}},
-        "spec": {"containers": [{"name": "app", "image": "app",
-            "env": [{"name": MARKER_ENV, "value": "another"}]}]},
-    }))?;
-    wait_for("the policy to refuse the new pods", TIMEOUT, || async {
-        match pods
-            .create(
-                &PostParams {
-                    dry_run: true,
-                    ..Default::default()
-                },
-                &probe,
-            )
-            .await
-        {
-            Ok(_) => Ok(None),
-            Err(kube::Error::Api(e)) if e.message.contains("the new configuration is refused") => {
-                Ok(Some(()))
-            }
-            Err(e) => Err(e.into()),
-        }
-    })
-    .await?;
-    Ok(Policy(name))
 }

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 use e2e::fixtures::{deployment, generation};
+use e2e::policy::refuse_new_pods;
 use e2e::rekindle::{Options, Rekindle};
 use e2e::{admin_client, apply_value, apply_yaml, dynamic_api, get_json, wait_for, TestNamespace};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
@@ -56,7 +57,6 @@ fn opted_in() -> Value {
 /// One pod as the tests see it.
 #[derive(Debug, Clone)]
 struct PodView {
-    name: String,
     uid: String,
     ready: bool,
     terminating: bool,
@@ -88,7 +88,6 @@ async fn pods(client: &Client, ns: &str) -> Result<Vec<PodView>> {
                     .clone()
             });
             PodView {
-                name: p.metadata.name.clone().unwrap_or_default(),
                 uid: p.metadata.uid.clone().unwrap_or_default(),
                 ready,
                 terminating: p.metadata.deletion_timestamp.is_some(),
@@ -311,7 +310,8 @@ async fn a_disruption_budget_that_allows_none_holds_the_walk_until_relaxed() -> 
 }
 
 /// rekindle killed in the middle of a walk, and started again: the new process continues from what
-/// the pods say and evicts none twice.
+/// the pods say and evicts none twice. The walk is held after its first eviction by refusing the
+/// replacement (an admission policy), so rekindle dies mid-walk and not mid-request.
 #[tokio::test]
 async fn a_walk_continues_across_a_restart_and_evicts_no_pod_twice() -> Result<()> {
     let client = admin_client().await?;
@@ -320,52 +320,22 @@ async fn a_walk_continues_across_a_restart_and_evicts_no_pod_twice() -> Result<(
     let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
     apply_value(&client, Some(&ns.name), statefulset(3, opted_in())).await?;
     let before = wait_all_current(&client, &ns.name, 3).await?;
-    let old: BTreeSet<String> = before.iter().map(|p| p.uid.clone()).collect();
+    let old_marker = before[0].marker.clone().unwrap_or_default();
+    let policy = refuse_new_pods(&client, &ns.name, &["db"], MARKER, &old_marker).await?;
 
     change(&client, &ns.name, "db-config", "two").await?;
-    // The first eviction seen: a budget that allows nothing more holds the walk there (a budget
-    // the disruption controller has not processed yet refuses every eviction), and rekindle dies.
     wait_for("the first eviction", WALK_TIMEOUT, || async {
-        let pods = pods(&client, &ns.name).await?;
-        let evicted = pods.iter().any(|p| p.terminating || !old.contains(&p.uid)) || pods.len() < 3;
-        Ok(evicted.then_some(()))
+        Ok((!evictions(&ns.name).is_empty()).then_some(()))
     })
     .await?;
-    let pdb = json!({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "hold"},
-        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "db"}}}
-    });
-    apply_value(&client, Some(&ns.name), pdb).await?;
-    // Killed while held, not in the middle of a request: an eviction cut off before its answer may
-    // or may not have happened, and nothing would tell which.
-    wait_for(
-        "an eviction refused by the budget",
-        WALK_TIMEOUT,
-        || async {
-            let refused = rk
-                .metric("rekindle_pod_evictions_total{result=\"disruption_budget\"}")
-                .await?;
-            Ok((refused >= 1.0).then_some(()))
-        },
-    )
-    .await?;
+    // Its replacement cannot be created: the walk waits for it, and evicts nothing more.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let first: BTreeMap<String, usize> = [("db-2".to_string(), 1)].into();
+    assert_eq!(evictions(&ns.name), first, "held after the first eviction");
     rk.kill().await?;
-    let at_kill = pods(&client, &ns.name).await?;
-    let remaining_old: Vec<&str> = at_kill
-        .iter()
-        .filter(|p| old.contains(&p.uid) && !p.terminating)
-        .map(|p| p.name.as_str())
-        .collect();
-    assert!(
-        !remaining_old.is_empty(),
-        "the walk was not over when rekindle died: {at_kill:?}"
-    );
 
+    policy.remove(&client).await?;
     rk.restart().await?;
-    Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(client.clone(), &ns.name)
-        .delete("hold", &DeleteParams::default())
-        .await?;
     let sts = dynamic_api(&client, "apps/v1", "StatefulSet", Some(&ns.name)).await?;
     let wanted = template_marker(&get_json(&sts, "db").await?).unwrap_or_default();
     follow_walk(&client, &ns.name, 3, &wanted).await?;
