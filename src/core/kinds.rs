@@ -104,6 +104,14 @@ impl WorkloadKind {
         }
     }
 
+    /// `template` (a pod template) at [`Self::template_pointer`] of an otherwise empty object.
+    pub fn under_template_path(self, template: serde_json::Value) -> serde_json::Value {
+        self.template_pointer()
+            .rsplit('/')
+            .take_while(|token| !token.is_empty())
+            .fold(template, |node, token| serde_json::json!({ token: node }))
+    }
+
     /// Whether the apiserver merges strategic-merge patches for this kind (built-in kinds do; CRDs
     /// such as Rollouts and DeploymentConfigs do not). Jobs are re-created, never patched.
     pub fn strategic_merge(self) -> bool {

@@ -18,7 +18,7 @@ use super::policy::{
     decide, Decision, PolicyConfig, Reason, ResourceFlags, WorkloadPolicy,
     LAST_RELOADED_FROM_ANNOTATION,
 };
-use super::refs::{self, ContainerRef};
+use super::refs::{self, ContainerRef, ResourceRef};
 use super::{ResourceKind, WorkloadKind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -159,6 +159,27 @@ pub fn current_marker(
         Strategy::Annotations => annotation().or_else(env),
         Strategy::EnvVars => env().or_else(annotation),
     }
+}
+
+/// Every resource the workload's pod spec references, sorted, with the marker it carries for it (read
+/// from the container [`refs::choose_container`] picks): what the index keeps, and what a pod-restart
+/// walk compares a pod with its template by.
+pub fn markers(
+    cfg: &PlanConfig,
+    obj: &Value,
+    kind: WorkloadKind,
+) -> Vec<(ResourceRef, Option<String>)> {
+    let Some(spec) = refs::pod_spec(obj, kind) else {
+        return Vec::new();
+    };
+    refs::references(spec)
+        .into_iter()
+        .map(|r| {
+            let container = refs::choose_container(spec, r.kind, &r.name, true);
+            let marker = current_marker(cfg, obj, kind, r.kind, &r.name, container.as_ref());
+            (r, marker)
+        })
+        .collect()
 }
 
 /// Decides and, when the workload must reload, lists the marker changes that bring it up to date.

@@ -10,8 +10,8 @@
 
 use serde_json::Value;
 
-use super::plan::{current_marker, PlanConfig};
-use super::refs;
+use super::plan::{self, PlanConfig};
+use super::refs::{self, ResourceRef};
 use super::WorkloadKind;
 
 /// `rekindle.io/restart: pods` on the workload opts in.
@@ -75,43 +75,37 @@ pub fn max_unavailable(obj: &Value, desired: usize) -> Result<usize, String> {
     }
 }
 
-/// Whether `pod` runs older config than the workload's template: a marker the template carries
-/// that the pod does not carry, or carries at another hash. Markers of StatefulSets and DaemonSets
-/// live in the pod template, which the pod copies (env vars and annotations alike).
-pub fn pod_behind(cfg: &PlanConfig, workload: &Value, kind: WorkloadKind, pod: &Value) -> bool {
-    let Some(spec) = refs::pod_spec(workload, kind) else {
-        return false;
-    };
-    let as_template = wrap_pod(pod, kind);
-    refs::references(spec).into_iter().any(|r| {
-        let container = refs::choose_container(spec, r.kind, &r.name, true);
-        let Some(wanted) = current_marker(cfg, workload, kind, r.kind, &r.name, container.as_ref())
-        else {
-            return false;
-        };
-        let running = current_marker(cfg, &as_template, kind, r.kind, &r.name, container.as_ref());
-        running.as_deref() != Some(wanted.as_str())
-    })
+/// The markers of the workload's pod template, to compare its pods with ([`PodState::of`]).
+pub type TemplateMarkers = Vec<(ResourceRef, Option<String>)>;
+
+pub fn template_markers(cfg: &PlanConfig, workload: &Value, kind: WorkloadKind) -> TemplateMarkers {
+    plan::markers(cfg, workload, kind)
 }
 
-/// The pod in the shape of a workload of `kind` whose template it is, so markers read the same way.
-fn wrap_pod(pod: &Value, kind: WorkloadKind) -> Value {
-    let template = serde_json::json!({
+/// Whether `pod` runs older config than its workload's template: a marker the template carries that
+/// the pod does not carry, or carries at another hash. Markers of StatefulSets and DaemonSets live in
+/// the pod template, which the pod copies (env vars and annotations alike); the pod's are read the
+/// same way, from the pod as the template of a workload of `kind`.
+pub fn pod_behind(
+    cfg: &PlanConfig,
+    template: &TemplateMarkers,
+    kind: WorkloadKind,
+    pod: &Value,
+) -> bool {
+    let as_template = serde_json::json!({
         "metadata": {"annotations": refs::at(pod, "/metadata/annotations").cloned().unwrap_or(Value::Null)},
         "spec": pod.get("spec").cloned().unwrap_or(Value::Null),
     });
-    let mut node = template;
-    for token in kind
-        .template_pointer()
-        .split('/')
-        .skip(1)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-    {
-        node = serde_json::json!({ token: node });
-    }
-    node
+    let running = plan::markers(cfg, &kind.under_template_path(as_template), kind);
+    template.iter().any(|(r, wanted)| {
+        wanted.as_ref().is_some_and(|wanted| {
+            let carried = running
+                .iter()
+                .find(|(p, _)| p == r)
+                .and_then(|(_, m)| m.as_ref());
+            carried != Some(wanted)
+        })
+    })
 }
 
 /// The workload's `spec.selector` as a label selector query (`matchLabels` and `matchExpressions`);
@@ -167,17 +161,6 @@ pub fn desired_pods(obj: &Value, kind: WorkloadKind) -> usize {
         .map_or(default, |n| n as usize)
 }
 
-/// Whether the workload's controller has seen its latest spec (the template rekindle wrote): until
-/// then it could re-create an evicted pod from the template before.
-pub fn controller_caught_up(obj: &Value) -> bool {
-    let generation = refs::at(obj, "/metadata/generation")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    refs::at(obj, "/status/observedGeneration")
-        .and_then(Value::as_i64)
-        .is_some_and(|o| o >= generation)
-}
-
 /// Whether `pod` belongs to the workload whose uid is `owner`: its controller owner reference.
 pub fn owned_by(pod: &Value, owner: &str) -> bool {
     refs::at(pod, "/metadata/ownerReferences")
@@ -194,6 +177,8 @@ pub fn owned_by(pod: &Value, owner: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodState {
     pub name: String,
+    /// Evicted on this uid: a StatefulSet's replacement has the same name.
+    pub uid: Option<String>,
     /// Its `Ready` condition is true.
     pub ready: bool,
     /// It is being deleted.
@@ -203,15 +188,23 @@ pub struct PodState {
 }
 
 impl PodState {
-    pub fn of(cfg: &PlanConfig, workload: &Value, kind: WorkloadKind, pod: &Value) -> Self {
-        Self {
-            name: refs::at(pod, "/metadata/name")
+    pub fn of(
+        cfg: &PlanConfig,
+        template: &TemplateMarkers,
+        kind: WorkloadKind,
+        pod: &Value,
+    ) -> Self {
+        let text = |pointer: &str| {
+            refs::at(pod, pointer)
                 .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
+                .map(String::from)
+        };
+        Self {
+            name: text("/metadata/name").unwrap_or_default(),
+            uid: text("/metadata/uid"),
             ready: ready(pod),
             terminating: refs::at(pod, "/metadata/deletionTimestamp").is_some(),
-            behind: pod_behind(cfg, workload, kind, pod),
+            behind: pod_behind(cfg, template, kind, pod),
         }
     }
 }
@@ -298,6 +291,7 @@ mod tests {
     fn pod(name: &str, ready: bool, terminating: bool, behind: bool) -> PodState {
         PodState {
             name: name.into(),
+            uid: None,
             ready,
             terminating,
             behind,
@@ -389,9 +383,24 @@ mod tests {
         };
         let cfg = PlanConfig::default();
         let sts = WorkloadKind::StatefulSet;
-        assert!(!pod_behind(&cfg, &workload, sts, &pod(Some("new"))));
-        assert!(pod_behind(&cfg, &workload, sts, &pod(Some("old"))));
-        assert!(pod_behind(&cfg, &workload, sts, &pod(None)));
+        assert!(!pod_behind(
+            &cfg,
+            &template_markers(&cfg, &workload, sts),
+            sts,
+            &pod(Some("new"))
+        ));
+        assert!(pod_behind(
+            &cfg,
+            &template_markers(&cfg, &workload, sts),
+            sts,
+            &pod(Some("old"))
+        ));
+        assert!(pod_behind(
+            &cfg,
+            &template_markers(&cfg, &workload, sts),
+            sts,
+            &pod(None)
+        ));
         // The annotations strategy: the marker is the template's annotation, copied to the pod.
         let annotated = json!({"spec": {"template": {
             "metadata": {"annotations": {CONFIG_HASHES_ANNOTATION: "{\"configmap/cfg\":\"new\"}"}},
@@ -405,13 +414,24 @@ mod tests {
             json!({"metadata": {"annotations": {CONFIG_HASHES_ANNOTATION: format!("{{\"configmap/cfg\":\"{hash}\"}}")}},
                    "spec": {"containers": [{"name": "app", "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}})
         };
-        assert!(!pod_behind(&cfg, &annotated, sts, &annotated_pod("new")));
-        assert!(pod_behind(&cfg, &annotated, sts, &annotated_pod("old")));
+        assert!(!pod_behind(
+            &cfg,
+            &template_markers(&cfg, &annotated, sts),
+            sts,
+            &annotated_pod("new")
+        ));
+        assert!(pod_behind(
+            &cfg,
+            &template_markers(&cfg, &annotated, sts),
+            sts,
+            &annotated_pod("old")
+        ));
         // A template without markers (never reloaded) leaves every pod as it is.
         let unmarked = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}}}});
+        let cfg = PlanConfig::default();
         assert!(!pod_behind(
-            &PlanConfig::default(),
-            &unmarked,
+            &cfg,
+            &template_markers(&cfg, &unmarked, sts),
             sts,
             &pod(Some("old"))
         ));

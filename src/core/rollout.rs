@@ -63,19 +63,27 @@ pub fn generation(obj: &Value) -> i64 {
     int(obj, "/metadata/generation").unwrap_or(0)
 }
 
+/// `status.observedGeneration` (Argo Rollouts writes it as a string).
+fn observed_generation(obj: &Value) -> Option<i64> {
+    match refs::at(obj, "/status/observedGeneration") {
+        Some(Value::String(s)) => s.parse().ok(),
+        Some(v) => v.as_i64(),
+        None => None,
+    }
+}
+
+/// Whether the kind's controller has seen the latest spec (the template rekindle wrote).
+pub fn caught_up(obj: &Value) -> bool {
+    observed_generation(obj).is_some_and(|o| o >= generation(obj))
+}
+
 /// Where the rollout of `obj` stands; kinds that are not [`tracked`] are always finished, and so is
 /// an `OnDelete` StatefulSet or DaemonSet whose pods nobody restarts once its controller has seen the
 /// template (`core::restart`): its pods wait for someone to delete them, which no budget or deadline
 /// should wait for. `pod_restarts` is `--pod-restarts`.
 pub fn progress(kind: WorkloadKind, obj: &Value, pod_restarts: bool) -> Progress {
-    let generation = generation(obj);
-    let observed = match refs::at(obj, "/status/observedGeneration") {
-        // Argo Rollouts writes it as a string.
-        Some(Value::String(s)) => s.parse().ok(),
-        Some(v) => v.as_i64(),
-        None => None,
-    };
-    let caught_up = observed.is_some_and(|o| o >= generation);
+    let observed = observed_generation(obj);
+    let caught_up = caught_up(obj);
     let replicas = int(obj, "/spec/replicas").unwrap_or(1);
     let status = |field: &str| int(obj, &format!("/status/{field}")).unwrap_or(0);
     if restart::restarts(obj, kind, pod_restarts) == Restarts::Manual {

@@ -38,11 +38,7 @@ pub fn skeleton(keys: &AnnotationKeys, obj: &Value, kind: WorkloadKind) -> Value
         }
     }
     // Rebuild the path down to the template (`spec.template` or `spec.jobTemplate.spec.template`).
-    let mut node = Value::Object(template);
-    let tokens: Vec<&str> = kind.template_pointer().split('/').skip(1).collect();
-    for token in tokens.iter().rev() {
-        node = json_object(token, node);
-    }
+    let node = kind.under_template_path(Value::Object(template));
     let Value::Object(mut spec_root) = node else {
         unreachable!("json_object builds objects")
     };

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::core::plan::{current_marker, PlanConfig};
+use crate::core::plan::{self, PlanConfig};
 use crate::core::policy::{AnnotationKeys, WorkloadPolicy};
 use crate::core::refs::{self, ResourceRef};
 use crate::core::release::Release;
@@ -42,22 +42,11 @@ impl WorkloadEntry {
     ) -> (Self, WorkloadPolicy) {
         let policy = WorkloadPolicy::from_workload(&cfg.policy.keys, obj, kind);
         let has_patterns = policy.has_patterns(&cfg.policy.keys);
-        let Some(spec) = refs::pod_spec(obj, kind) else {
-            let entry = Self {
-                has_patterns,
-                ..Default::default()
-            };
-            return (entry, policy);
-        };
-        let refs: Vec<ResourceRef> = refs::references(spec).into_iter().collect();
-        let mut markers: Vec<Option<Box<str>>> = refs
-            .iter()
-            .map(|r| {
-                let container = refs::choose_container(spec, r.kind, &r.name, true);
-                current_marker(cfg, obj, kind, r.kind, &r.name, container.as_ref())
-                    .map(String::into_boxed_str)
-            })
-            .collect();
+        let (refs, mut markers): (Vec<ResourceRef>, Vec<Option<Box<str>>>) =
+            plan::markers(cfg, obj, kind)
+                .into_iter()
+                .map(|(r, m)| (r, m.map(String::into_boxed_str)))
+                .unzip();
         if markers.iter().all(Option::is_none) {
             markers.clear();
         }

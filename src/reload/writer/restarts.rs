@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::Writer;
 use crate::core::restart::{self, PodState, Restarts, Step};
+use crate::core::rollout;
 use crate::index::WorkloadKey;
 use crate::metrics::{ErrorKind, Eviction};
 use crate::reload::error::WriteError;
@@ -70,7 +71,7 @@ impl Writer {
             self.end_walk(key);
             return Ok(None);
         }
-        if !restart::controller_caught_up(&workload) {
+        if !rollout::caught_up(&workload) {
             tracing::debug!("pod restarts wait for the controller to see the template");
             return Ok(Some(WALK_RECHECK));
         }
@@ -87,19 +88,14 @@ impl Writer {
             .list(&ListParams::default().labels(&selector))
             .await
             .map_err(|e| WriteError::from_kube("LIST", e))?;
-        let mut states = Vec::new();
-        let mut uids = std::collections::HashMap::new();
-        for pod in &listed.items {
-            let Ok(value) = serde_json::to_value(pod) else {
-                continue;
-            };
-            if !restart::owned_by(&value, &uid) {
-                continue;
-            }
-            let state = PodState::of(&self.plan, &workload, key.kind, &value);
-            uids.insert(state.name.clone(), pod.metadata.uid.clone());
-            states.push(state);
-        }
+        let template = restart::template_markers(&self.plan, &workload, key.kind);
+        let states: Vec<PodState> = listed
+            .items
+            .iter()
+            .filter_map(|pod| serde_json::to_value(pod).ok())
+            .filter(|pod| restart::owned_by(pod, &uid))
+            .map(|pod| PodState::of(&self.plan, &template, key.kind, &pod))
+            .collect();
         let desired = restart::desired_pods(&workload, key.kind);
         let max_unavailable = match restart::max_unavailable(&workload, desired) {
             Ok(n) => n,
@@ -177,7 +173,10 @@ impl Writer {
                     .await;
                 }
                 for name in names {
-                    let pod_uid = uids.get(&name).cloned().flatten();
+                    let pod_uid = states
+                        .iter()
+                        .find(|p| p.name == name)
+                        .and_then(|p| p.uid.clone());
                     if let Some(after) = self.evict(key, &uid, &pods, &name, pod_uid).await? {
                         return Ok(Some(after));
                     }
