@@ -45,7 +45,7 @@ e2e-chart: cluster-up release
     cargo build --workspace --bins
     kc="$(cargo run -q -p e2e --bin chart_identity -- rekindle-system)"; \
       REKINDLE_BIN=target/release/rekindle REKINDLE_E2E_KUBECONFIG="$kc" REKINDLE_E2E_POD_NAMESPACE=rekindle-system \
-      cargo test -p e2e --test serve --test features --test kinds --test pod_restarts -- --test-threads=4 \
+      cargo test -p e2e --test serve --test features --test kinds --test pod_restarts --test used_keys -- --test-threads=4 \
       || { e2e/scripts/cluster.sh keep-logs; exit 101; }
 
 # Build (or reuse) the control-plane binaries from their Go modules.

@@ -86,6 +86,7 @@ fn extraction_and_decision(c: &mut Criterion) {
             hash: "3c9a892aeaedc759abc3df9884a37b8be5680382",
             flags: ResourceFlags::default(),
             event: Event::Update,
+            also_current: None,
         };
         c.bench_function(&format!("plan/decide/{n}-containers"), |b| {
             b.iter(|| plan(&cfg, black_box(&obj), WorkloadKind::Deployment, &change, 0))
@@ -135,6 +136,7 @@ fn admission(c: &mut Criterion) {
                 hash: "3c9a892aeaedc759abc3df9884a37b8be5680382".into(),
                 flags: ResourceFlags::default(),
             },
+            None,
         );
     }
     let admission = Admission {

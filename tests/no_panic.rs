@@ -67,7 +67,7 @@ proptest! {
         }
         let cfg = PlanConfig { strategy: if annotations { MarkerStrategy::Annotations } else { MarkerStrategy::EnvVars }, reload_on_delete: true, ..Default::default() };
         for (event, name) in [(Event::Update, "cm"), (Event::Delete, "app")] {
-            let change = Change { kind: ResourceKind::ConfigMap, name, namespace: "ns", hash: "h", flags: ResourceFlags::default(), event };
+            let change = Change { kind: ResourceKind::ConfigMap, name, namespace: "ns", hash: "h", flags: ResourceFlags::default(), event, also_current: None };
             let p = plan(&cfg, &obj, kind, &change, 0);
             // Whatever the plan, rendering either works and applies, or is a clean error.
             if let Ok(ops) = patch::render(&obj, kind, &p.changes) {

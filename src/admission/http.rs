@@ -10,8 +10,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 
+use super::lookup::Looked;
 use super::{Admission, Reviewed};
-use crate::index::{ResourceEntry, ResourceKey};
+use crate::index::ResourceKey;
 
 /// The apiserver's own request limit is 3 MiB of object; 7 MiB leaves room for old + new objects.
 pub const BODY_LIMIT: usize = 7 * 1024 * 1024;
@@ -75,7 +76,7 @@ async fn mutate(
 async fn run(
     admission: &Arc<Admission>,
     body: &Bytes,
-    looked_up: Option<HashMap<ResourceKey, ResourceEntry>>,
+    looked_up: Option<HashMap<ResourceKey, Looked>>,
     limit: Option<std::time::Duration>,
 ) -> Result<Result<Reviewed, String>, Response> {
     if body.len() <= INLINE_LIMIT {

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client, ResourceExt};
 
 use crate::config::selector::Selector;
-use crate::core::hash::{configmap_hash_typed, secret_hash_typed};
+use crate::core::keys::KeyDigests;
 use crate::core::policy::{AnnotationKeys, ResourceFlags};
 use crate::core::ResourceKind;
 use crate::index::{ResourceEntry, ResourceKey};
@@ -41,8 +41,15 @@ pub struct Lookup {
     absent: Mutex<HashMap<ResourceKey, Instant>>,
 }
 
+/// A resource read for an admission: the watch's entry and its value digests.
+#[derive(Debug, Clone)]
+pub struct Looked {
+    pub entry: ResourceEntry,
+    pub digests: Option<KeyDigests>,
+}
+
 enum Found {
-    Entry(ResourceEntry),
+    Entry(Looked),
     Absent,
     Filtered,
 }
@@ -94,7 +101,7 @@ impl Lookup {
 
     /// Reads the resources, concurrently, each bounded by [`DEADLINE`] (so all of them are too);
     /// what is found, with the watch's hash and flags. A slow read loses only its own resource.
-    pub async fn fetch(&self, keys: Vec<ResourceKey>) -> HashMap<ResourceKey, ResourceEntry> {
+    pub async fn fetch(&self, keys: Vec<ResourceKey>) -> HashMap<ResourceKey, Looked> {
         let reads = keys.into_iter().map(|key| async move {
             let found = tokio::time::timeout(DEADLINE, self.read(&key)).await;
             (key, found)
@@ -139,10 +146,14 @@ impl Lookup {
     }
 
     async fn read(&self, key: &ResourceKey) -> Result<Found, kube::Error> {
-        let entry = |hash: String, annotations: &std::collections::BTreeMap<String, String>| {
-            Found::Entry(ResourceEntry {
-                hash: hash.into(),
-                flags: ResourceFlags::from_annotations(&self.keys, annotations),
+        let entry = |digests: KeyDigests,
+                     annotations: &std::collections::BTreeMap<String, String>| {
+            Found::Entry(Looked {
+                entry: ResourceEntry {
+                    hash: digests.of.clone(),
+                    flags: ResourceFlags::from_annotations(&self.keys, annotations),
+                },
+                digests: Some(digests),
             })
         };
         match key.kind {
@@ -151,7 +162,7 @@ impl Lookup {
                 Ok(match api.get_opt(&key.name).await? {
                     None => Found::Absent,
                     Some(cm) if !self.selected(cm.labels()) => Found::Filtered,
-                    Some(cm) => entry(configmap_hash_typed(&cm), cm.annotations()),
+                    Some(cm) => entry(KeyDigests::of_configmap(&cm), cm.annotations()),
                 })
             }
             ResourceKind::Secret => {
@@ -161,7 +172,7 @@ impl Lookup {
                     // The watch leaves Helm's release Secrets out.
                     Some(s) if s.type_.as_deref() == Some("helm.sh/release.v1") => Found::Filtered,
                     Some(s) if !self.selected(s.labels()) => Found::Filtered,
-                    Some(s) => entry(secret_hash_typed(&s), s.annotations()),
+                    Some(s) => entry(KeyDigests::of_secret(&s), s.annotations()),
                 })
             }
             ResourceKind::SecretProviderClass => Ok(Found::Filtered),
@@ -243,10 +254,17 @@ mod tests {
         let want: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "app"},
             "data": {"k": "v"}}))
         .unwrap();
-        assert_eq!(&*read[&cm("app")].hash, configmap_hash_typed(&want));
-        assert!(!read[&cm("app")].flags.ignore);
+        assert_eq!(
+            &*read[&cm("app")].entry.hash,
+            crate::core::hash::configmap_hash_typed(&want)
+        );
+        assert_eq!(
+            read[&cm("app")].digests.as_ref().map(|d| &d.of),
+            Some(&read[&cm("app")].entry.hash)
+        );
+        assert!(!read[&cm("app")].entry.flags.ignore);
         assert!(
-            read[&cm("ignored")].flags.ignore,
+            read[&cm("ignored")].entry.flags.ignore,
             "flags from the annotations"
         );
         assert!(!read.contains_key(&cm("missing")));
@@ -324,7 +342,7 @@ mod tests {
             base64::Engine::decode(&base64::engine::general_purpose::STANDARD, patch).unwrap(),
         )
         .unwrap();
-        assert!(ops.contains(&*read[&cm("app")].hash), "{ops}");
+        assert!(ops.contains(&*read[&cm("app")].entry.hash), "{ops}");
         assert!(ops.contains("STAKATER_APP_CONFIGMAP"), "{ops}");
         // Without a lookup (the index has no entry), the review answers at once, unstamped.
         let plain = Admission {

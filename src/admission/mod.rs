@@ -19,6 +19,7 @@ use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
 use crate::config::scope::ScopeFilter;
+use crate::core::keys::{KeyDigests, Owed};
 use crate::core::patch::{self, MarkerChange, Place};
 use crate::core::plan::{self, marker_place, Change, Event, PlanConfig};
 use crate::core::policy::WorkloadPolicy;
@@ -26,6 +27,7 @@ use crate::core::refs::{self, ResourceRef};
 use crate::core::WorkloadKind;
 use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{AdmissionLabels, ErrorKind, Metrics};
+use lookup::Looked;
 
 /// The most annotation bytes an object may carry (the apiserver's limit).
 const ANNOTATIONS_LIMIT: usize = 256 * 1024;
@@ -94,7 +96,7 @@ impl Admission {
     pub fn review_pass(
         &self,
         body: &[u8],
-        looked_up: Option<&HashMap<ResourceKey, ResourceEntry>>,
+        looked_up: Option<&HashMap<ResourceKey, Looked>>,
     ) -> Result<Reviewed, String> {
         let started = Instant::now();
         let review: AdmissionReview<DynamicObject> =
@@ -137,7 +139,7 @@ impl Admission {
     fn decide(
         &self,
         req: &mut Request,
-        looked_up: Option<&HashMap<ResourceKey, ResourceEntry>>,
+        looked_up: Option<&HashMap<ResourceKey, Looked>>,
     ) -> Outcome {
         let pass = |result| Outcome {
             result,
@@ -216,7 +218,7 @@ impl Admission {
         kind: WorkloadKind,
         namespace: &str,
         mut obj: Value,
-        looked_up: Option<&HashMap<ResourceKey, ResourceEntry>>,
+        looked_up: Option<&HashMap<ResourceKey, Looked>>,
     ) -> Result<Stamp, String> {
         let name = Some(req.name.clone())
             .filter(|n| !n.is_empty())
@@ -235,17 +237,46 @@ impl Admission {
             name,
         };
         let mut hashes = self.index.admit(&key, &entry, record);
+        // Value digests of the resources read key by key (behaviour §14), for the refs that may get a
+        // marker: those the workload carries none of.
+        let mut digests: HashMap<ResourceRef, KeyDigests> = HashMap::new();
+        let mut needs_digests = Vec::new();
+        if entry.reads_keys {
+            for r in entry.refs.iter().filter(|r| entry.marker(r).is_none()) {
+                if plan::keys_read(&self.plan, &obj, kind, r).is_none() {
+                    continue;
+                }
+                let rk = ResourceKey::new(r.kind, namespace, &r.name);
+                match self.index.key_digests(&rk) {
+                    Some(d) => {
+                        digests.insert(r.clone(), d);
+                    }
+                    None if hashes.contains_key(r) => needs_digests.push(rk),
+                    None => {}
+                }
+            }
+        }
         match looked_up {
             Some(read) => {
                 for r in entry.refs.iter() {
                     let rk = ResourceKey::new(r.kind, namespace, &r.name);
-                    if let Some(e) = read.get(&rk).filter(|_| !hashes.contains_key(r)) {
-                        hashes.insert(r.clone(), e.clone());
+                    let Some(looked) = read.get(&rk) else {
+                        continue;
+                    };
+                    hashes
+                        .entry(r.clone())
+                        .or_insert_with(|| looked.entry.clone());
+                    if let Some(d) = &looked.digests {
+                        self.index.fill_keys(&rk, d.clone());
+                        digests.entry(r.clone()).or_insert_with(|| d.clone());
                     }
                 }
             }
             None => {
-                let lookups = self.lookups_for(kind, namespace, &obj, &entry, &policy, &hashes);
+                let mut lookups = self.lookups_for(kind, namespace, &obj, &entry, &policy, &hashes);
+                if let Some(lookup) = &self.lookup {
+                    lookups.extend(needs_digests.into_iter().filter(|k| lookup.wanted(k)));
+                }
                 if !lookups.is_empty() {
                     return Ok(Stamp::Lookup(lookups));
                 }
@@ -274,8 +305,14 @@ impl Admission {
             Some(old) => refs::pod_template(old, kind) != refs::pod_template(&obj, kind),
         };
         if may_add {
-            let changes =
-                self.new_markers(kind, namespace, &obj, (&entry, &policy), restored, &hashes);
+            let changes = self.new_markers(
+                kind,
+                namespace,
+                &obj,
+                (&entry, &policy),
+                restored,
+                (&hashes, &digests),
+            );
             if !changes.is_empty() {
                 ops.extend(
                     patch::render_onto(&mut obj, kind, &changes).map_err(|e| e.to_string())?,
@@ -318,6 +355,7 @@ impl Admission {
                     hash: "",
                     flags: Default::default(),
                     event: Event::Update,
+                    also_current: None,
                 };
                 plan::plan_with_policy(&self.plan, obj, kind, policy, &change, 0)
                     .decision
@@ -337,7 +375,10 @@ impl Admission {
         obj: &Value,
         (entry, policy): (&WorkloadEntry, &WorkloadPolicy),
         restored: bool,
-        hashes: &HashMap<ResourceRef, ResourceEntry>,
+        (hashes, digests): (
+            &HashMap<ResourceRef, ResourceEntry>,
+            &HashMap<ResourceRef, KeyDigests>,
+        ),
     ) -> Vec<MarkerChange> {
         let spec = refs::pod_spec(obj, kind);
         let place = marker_place(&self.plan, obj, kind);
@@ -354,13 +395,21 @@ impl Admission {
             if has_marker {
                 continue;
             }
+            // Without the digests of a resource read key by key (it could not be read in time), the
+            // whole object's hash: it counts as current until the resource changes.
+            let owed = plan::owed(&self.plan, obj, kind, r, &res.hash, digests.get(r))
+                .unwrap_or_else(|| Owed {
+                    write: res.hash.to_string(),
+                    also_current: None,
+                });
             let change = Change {
                 kind: r.kind,
                 name: &r.name,
                 namespace,
-                hash: &res.hash,
+                hash: &owed.write,
                 flags: res.flags,
                 event: Event::Update,
+                also_current: owed.also_current.as_deref(),
             };
             let p = plan::plan_with_policy(&self.plan, obj, kind, policy, &change, 0);
             out.extend(p.changes.into_iter().filter(|c| match c {

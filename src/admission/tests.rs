@@ -26,6 +26,7 @@ fn admission(strategy: Strategy) -> Admission {
             hash: H1.into(),
             flags: ResourceFlags::default(),
         },
+        None,
     );
     Admission {
         plan: PlanConfig {

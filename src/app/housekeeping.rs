@@ -181,6 +181,7 @@ mod tests {
         index.update_resource(
             &ResourceKey::new(ResourceKind::ConfigMap, "ns", "cfg"),
             hash("new"),
+            None,
         );
         let queue = Arc::new(Queue::new(QueueConfig {
             debounce: Duration::ZERO,
@@ -244,6 +245,7 @@ mod tests {
         index.update_resource(
             &ResourceKey::new(ResourceKind::Secret, "ns", "pw"),
             hash("new"),
+            None,
         );
         ready.synced("secrets/*");
         let mut queued = vec![next().await, next().await];
@@ -267,6 +269,7 @@ mod tests {
                 hash: "new".into(),
                 flags: Default::default(),
             },
+            None,
         );
         let queue = Arc::new(Queue::new(QueueConfig {
             debounce: Duration::ZERO,

@@ -22,7 +22,6 @@ use tokio_util::sync::CancellationToken;
 use crate::admission::{self, http as admission_http, Admission};
 use crate::config::scope::ScopeFilter;
 use crate::config::{Config, LogFormat};
-use crate::core::hash::configmap_hash_typed;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::Index;
 use crate::metrics::Metrics;
@@ -518,7 +517,6 @@ impl Watches<'_> {
                     ResourceKind::ConfigMap,
                     "configmaps",
                     ns.map(String::from),
-                    configmap_hash_typed,
                     ctx.clone(),
                 ),
             );

@@ -130,6 +130,7 @@ mod tests {
                 hash: "h".into(),
                 flags: Default::default(),
             },
+            None,
         );
         let workload = WorkloadKey {
             kind: WorkloadKind::Deployment,

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use super::selector::Selector;
 use crate::core::duration::parse_go_duration;
+use crate::core::keys::ReloadOn;
 use crate::core::plan::{CronJobStrategy, PlanConfig, Strategy};
 use crate::core::policy::{AnnotationKeys, PolicyConfig};
 use crate::core::window::{WindowError, Windows};
@@ -265,6 +266,10 @@ pub struct ServerArgs {
     /// annotation is ignored and no pod is read or evicted).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
     pub pod_restarts: bool,
+    /// Which changes of a ConfigMap or Secret reload a workload without `rekindle.io/reload-on`:
+    /// `any-key` (any change, Reloader's behaviour) or `used-keys` (only a change of a key it reads).
+    #[arg(long, value_enum, default_value = "any-key")]
+    pub reload_on: ReloadOn,
     /// Admission webhook (TLS) listen address.
     #[arg(long, default_value = ":9443", value_parser = listen_addr)]
     pub webhook_addr: SocketAddr,
@@ -583,6 +588,7 @@ impl Config {
                 reload_on_create: args.reload_on_create,
                 reload_on_delete: args.reload_on_delete,
                 pod_restarts: args.pod_restarts,
+                reload_on: args.reload_on,
             },
             log_format,
             log_level,

@@ -152,6 +152,7 @@ pub const FLAGS: &[(&str, Chart)] = &[
         Chart::Value("rekindle.haltOnFailedRollout"),
     ),
     ("pod-restarts", Chart::Value("rekindle.podRestarts")),
+    ("reload-on", Chart::Value("rekindle.reloadOn")),
     ("webhook-addr", Chart::Port("webhook.port")),
     ("admin-addr", Chart::Port("metrics.port")),
     ("tls-cert-file", Chart::Derived),

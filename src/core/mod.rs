@@ -8,6 +8,7 @@ pub mod duration;
 pub mod envname;
 pub mod hash;
 pub mod job;
+pub mod keys;
 pub mod kinds;
 pub mod patch;
 pub mod pause;

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::envname::env_var_name;
 use super::hash::delete_marker_hash;
+use super::keys::{self, KeyDigests, Owed, ReloadOn, Use};
 use super::patch::{
     self, config_hash_key, config_hashes, env_value, first_env_value, MarkerChange, Place,
     ReloadSource,
@@ -20,6 +21,7 @@ use super::policy::{
 };
 use super::refs::{self, ContainerRef, ResourceRef};
 use super::{ResourceKind, WorkloadKind};
+use std::collections::BTreeSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -67,6 +69,8 @@ pub struct PlanConfig {
     pub reload_on_delete: bool,
     /// `--pod-restarts`: `OnDelete` workloads with `rekindle.io/restart: pods` get their pods evicted.
     pub pod_restarts: bool,
+    /// `--reload-on`: the mode of workloads without `rekindle.io/reload-on` (behaviour §14).
+    pub reload_on: ReloadOn,
 }
 
 /// The changed resource.
@@ -75,8 +79,11 @@ pub struct Change<'a> {
     pub kind: ResourceKind,
     pub name: &'a str,
     pub namespace: &'a str,
-    /// The resource's current hash (ignored for deletes).
+    /// The hash a reload writes: the resource's current hash (ignored for deletes), or in
+    /// `used-keys` mode the hash of the keys the workload reads (behaviour §14).
     pub hash: &'a str,
+    /// Another marker that also means the workload is current (`keys::Owed::also_current`).
+    pub also_current: Option<&'a str>,
     pub flags: ResourceFlags,
     pub event: Event,
 }
@@ -182,6 +189,38 @@ pub fn markers(
         .collect()
 }
 
+/// The keys of `r` whose changes reload the workload (behaviour §14): `None` when every key counts
+/// (`any-key` mode, an invalid mode annotation, or a reference that takes the whole object).
+pub fn keys_read(
+    cfg: &PlanConfig,
+    obj: &Value,
+    kind: WorkloadKind,
+    r: &ResourceRef,
+) -> Option<BTreeSet<String>> {
+    let mode = keys::reload_on(obj, kind, cfg.reload_on).unwrap_or(cfg.reload_on);
+    if mode != ReloadOn::UsedKeys {
+        return None;
+    }
+    match keys::used_keys(refs::pod_spec(obj, kind)?, r.kind, &r.name) {
+        Use::Keys(read) => Some(read),
+        Use::Whole => None,
+    }
+}
+
+/// What the workload's marker for `r` must be, given the resource's hash `full` and its value
+/// digests; `None` when the workload reads some keys only and `digests` are not of its current
+/// content (read the object, then ask again).
+pub fn owed(
+    cfg: &PlanConfig,
+    obj: &Value,
+    kind: WorkloadKind,
+    r: &ResourceRef,
+    full: &str,
+    digests: Option<&KeyDigests>,
+) -> Option<Owed> {
+    keys::owed(keys_read(cfg, obj, kind, r).as_ref(), full, digests)
+}
+
 /// Decides and, when the workload must reload, lists the marker changes that bring it up to date.
 /// `now` is the unix time written into `last-reloaded-from`.
 pub fn plan(
@@ -240,9 +279,19 @@ pub fn plan_with_policy(
     };
     let changes = marker_changes(cfg, obj, kind, change, &container, now);
     if changes.is_empty() {
+        // Current for the keys it reads, though not for the whole object: only other keys changed.
+        let unused_keys = change.also_current.is_some_and(|full| {
+            current_marker(cfg, obj, kind, change.kind, change.name, Some(&container)).as_deref()
+                != Some(full)
+        });
+        let reason = if unused_keys {
+            Reason::UnusedKeys
+        } else {
+            Reason::AlreadyCurrent
+        };
         return Plan {
             container: Some(container),
-            ..Plan::none(decision, Reason::AlreadyCurrent)
+            ..Plan::none(decision, reason)
         };
     }
     Plan {
@@ -281,7 +330,11 @@ pub fn marker_changes(
             now,
         )];
     }
-    if !deleting && current.as_deref() == Some(change.hash) {
+    if !deleting
+        && current
+            .as_deref()
+            .is_some_and(|c| c == change.hash || Some(c) == change.also_current)
+    {
         return Vec::new();
     }
 
@@ -599,6 +652,7 @@ mod tests {
             hash,
             flags: ResourceFlags::default(),
             event: Event::Update,
+            also_current: None,
         }
     }
 
@@ -768,6 +822,7 @@ mod tests {
     fn delete_handling() {
         let change = |event, hash| Change {
             event,
+            also_current: None,
             ..update(ResourceKind::ConfigMap, "app-config", hash)
         };
         for strategy in [Strategy::EnvVars, Strategy::Annotations] {
@@ -873,6 +928,7 @@ mod tests {
         let obj = workload(WorkloadKind::Deployment, auto());
         let c = Change {
             event: Event::Create,
+            also_current: None,
             ..update(ResourceKind::ConfigMap, "app-config", H1)
         };
         assert_eq!(

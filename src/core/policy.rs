@@ -189,6 +189,8 @@ pub enum Reason {
     WorkloadTypeIgnored,
     InvalidAnnotation,
     AlreadyCurrent,
+    /// `used-keys`: the workload's marker is current for the keys it reads; only others changed.
+    UnusedKeys,
     NoContainer,
     NoPodTemplate,
     EventDisabled,
@@ -208,6 +210,7 @@ impl Reason {
             Self::WorkloadTypeIgnored => "workload-type-ignored",
             Self::InvalidAnnotation => "invalid-annotation",
             Self::AlreadyCurrent => "already-current",
+            Self::UnusedKeys => "unused-keys",
             Self::NoContainer => "no-container",
             Self::NoPodTemplate => "no-pod-template",
             Self::EventDisabled => "event-disabled",

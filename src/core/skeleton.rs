@@ -2,15 +2,17 @@
 //! rendering read, so the writer can plan a reload from the index instead of reading the workload
 //! again (one PATCH per reload, no GET).
 //!
-//! Kept: the uid, the reload annotations (metadata and pod template), the markers and the reload
-//! window, CronJob's `suspend`, and in the pod spec the volumes, env entries and mounts that name a
-//! ConfigMap, Secret or SecretProviderClass, plus the marker env vars. Every container stays (pruned) so container indexes
-//! are the live object's. A unit test checks that planning and rendering on the skeleton give what
+//! Kept: the uid, the reload annotations (metadata and pod template), the markers, the reload
+//! window and `rekindle.io/reload-on`, CronJob's `suspend`, and in the pod spec the volumes, env
+//! entries and mounts that name a ConfigMap, Secret or SecretProviderClass (with the keys they read),
+//! plus the marker env vars. Every container stays (pruned) so container indexes are the live
+//! object's. A unit test checks that planning and rendering on the skeleton give what
 //! they give on the full object.
 
 use serde_json::{Map, Value};
 
 use super::envname::ENV_PREFIX;
+use super::keys::RELOAD_ON_ANNOTATION;
 use super::plan::PlanConfig;
 use super::policy::{AnnotationKeys, CONFIG_HASHES_ANNOTATION, LAST_RELOADED_FROM_ANNOTATION};
 use super::refs;
@@ -84,6 +86,7 @@ fn annotations(keys: &AnnotationKeys, annotations: Option<&Value>) -> Option<Val
                 || k.as_str() == LAST_RELOADED_FROM_ANNOTATION
                 || k.as_str() == keys.paused_at
                 || k.as_str() == RELOAD_WINDOW_ANNOTATION
+                || k.as_str() == RELOAD_ON_ANNOTATION
                 || keys.is_workload_key(k)
         })
         .map(|(k, v)| (k.clone(), v.clone()))
@@ -109,15 +112,16 @@ fn list<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
     v.get(key).and_then(Value::as_array).into_iter().flatten()
 }
 
-/// A volume that can name a resource, with only the fields that name it.
+/// A volume that can name a resource, with only the fields that name it and the keys its `items`
+/// read (behaviour §14).
 fn volume(vol: &Value) -> Option<Value> {
     let mut out = Map::new();
     let name = vol.get("name")?.clone();
-    if let Some(n) = refs::at(vol, "/configMap/name") {
-        out.insert("configMap".into(), json_object("name", n.clone()));
+    if let Some(cm) = vol.get("configMap").filter(|c| c.get("name").is_some()) {
+        out.insert("configMap".into(), source(cm, "name"));
     }
-    if let Some(n) = refs::at(vol, "/secret/secretName") {
-        out.insert("secret".into(), json_object("secretName", n.clone()));
+    if let Some(sec) = vol.get("secret").filter(|c| c.get("secretName").is_some()) {
+        out.insert("secret".into(), source(sec, "secretName"));
     }
     if let Some(n) = refs::at(vol, "/csi/volumeAttributes/secretProviderClass") {
         let attrs = json_object("secretProviderClass", n.clone());
@@ -125,12 +129,10 @@ fn volume(vol: &Value) -> Option<Value> {
     }
     let sources: Vec<Value> = list(vol.get("projected").unwrap_or(&Value::Null), "sources")
         .filter_map(|s| {
-            let (kind, n) = if let Some(n) = refs::at(s, "/configMap/name") {
-                ("configMap", n)
-            } else {
-                ("secret", refs::at(s, "/secret/name")?)
-            };
-            Some(json_object(kind, json_object("name", n.clone())))
+            ["configMap", "secret"].into_iter().find_map(|kind| {
+                let src = s.get(kind).filter(|c| c.get("name").is_some())?;
+                Some(json_object(kind, source(src, "name")))
+            })
         })
         .collect();
     if !sources.is_empty() {
@@ -144,6 +146,22 @@ fn volume(vol: &Value) -> Option<Value> {
     }
     out.insert("name".into(), name);
     Some(Value::Object(out))
+}
+
+/// A `configMap`/`secret` volume or projected source: its name field and its items' keys.
+fn source(src: &Value, name_field: &str) -> Value {
+    let mut out = Map::new();
+    if let Some(n) = src.get(name_field) {
+        out.insert(name_field.into(), n.clone());
+    }
+    if let Some(items) = src.get("items").and_then(Value::as_array) {
+        let keys = items
+            .iter()
+            .filter_map(|i| Some(json_object("key", i.get("key")?.clone())))
+            .collect();
+        out.insert("items".into(), Value::Array(keys));
+    }
+    Value::Object(out)
 }
 
 /// A container with its name, the env entries that reference a resource or are markers, its
@@ -188,6 +206,7 @@ fn container(c: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::keys::ReloadOn;
     use crate::core::patch::render_strategic;
     use crate::core::plan::{plan, Change, CronJobStrategy, Event, Strategy};
     use crate::core::policy::ResourceFlags;
@@ -273,17 +292,30 @@ mod tests {
             (ResourceKind::SecretProviderClass, "spc"),
         ];
         let mut compared = 0;
-        for strategy in [Strategy::EnvVars, Strategy::Annotations] {
+        for (strategy, reload_on) in [
+            (Strategy::EnvVars, ReloadOn::AnyKey),
+            (Strategy::Annotations, ReloadOn::UsedKeys),
+        ] {
             let cfg = PlanConfig {
                 strategy,
                 cronjob_strategy: CronJobStrategy::Template,
                 reload_on_delete: true,
+                reload_on,
                 ..Default::default()
             };
             for (kind, obj) in workloads() {
                 let skel = skeleton(&cfg.policy.keys, &obj, kind);
                 assert!(!needs_live_object(&cfg, &skel, kind), "{kind}");
                 for (res, name) in resources {
+                    let r = crate::core::refs::ResourceRef {
+                        kind: res,
+                        name: name.into(),
+                    };
+                    let read = crate::core::plan::keys_read(&cfg, &obj, kind, &r);
+                    assert_eq!(read, crate::core::plan::keys_read(&cfg, &skel, kind, &r));
+                    if reload_on == ReloadOn::UsedKeys && name == "cm-vol" {
+                        assert_eq!(read, Some(["a".to_string()].into()), "{kind}");
+                    }
                     for event in [Event::Update, Event::Delete] {
                         let change = Change {
                             kind: res,
@@ -292,6 +324,7 @@ mod tests {
                             hash: "new",
                             flags: ResourceFlags::default(),
                             event,
+                            also_current: None,
                         };
                         let full = plan(&cfg, &obj, kind, &change, 5);
                         let cut = plan(&cfg, &skel, kind, &change, 5);

@@ -70,6 +70,14 @@ impl Dependents {
         named.chain(patterned).cloned().collect()
     }
 
+    /// The workloads naming `resource`.
+    pub(super) fn named<'a>(
+        &'a self,
+        resource: &ResourceKey,
+    ) -> impl Iterator<Item = &'a WorkloadKey> + 'a {
+        self.by_name.get(resource).into_iter().flatten()
+    }
+
     /// How many (resource, workload) edges are kept.
     pub(super) fn edges(&self) -> usize {
         self.by_name.values().map(HashSet::len).sum()

@@ -23,6 +23,7 @@ pub use changes::RECENT_CHANGES_KEPT;
 use dependents::Dependents;
 pub use workload::WorkloadEntry;
 
+use crate::core::keys::{self, KeyDigests};
 use crate::core::policy::ResourceFlags;
 use crate::core::refs::ResourceRef;
 use crate::core::release::Release;
@@ -83,6 +84,9 @@ struct State {
     /// Confirmed workloads that are canaries or carry a halt: the few a reload's release order
     /// looks at.
     marked: HashSet<WorkloadKey>,
+    /// The value digests of the resources some workload reads key by key (behaviour §14), and of no
+    /// others.
+    key_digests: HashMap<ResourceKey, KeyDigests>,
 }
 
 impl State {
@@ -94,17 +98,36 @@ impl State {
         }
     }
 
-    /// The references whose marker on the workload differs from the resource's current hash.
+    /// The references whose marker on the workload differs from what the resource's current hash
+    /// owes it. A marker of some keys only counts as stale when the resource's digests say so, or when
+    /// they are missing (the writer reads the resource and finds out).
     fn stale_refs<'a>(
         &'a self,
         key: &'a WorkloadKey,
         entry: &'a WorkloadEntry,
     ) -> impl Iterator<Item = &'a ResourceRef> + 'a {
         entry.markers().filter_map(move |(r, marker)| {
-            self.resources
-                .get(&ResourceKey::new(r.kind, &key.namespace, &r.name))
-                .is_some_and(|res| &*res.hash != marker)
-                .then_some(r)
+            let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
+            let res = self.resources.get(&rk)?;
+            if &*res.hash == marker {
+                return None;
+            }
+            let owed = entry
+                .keys_read(key.kind, r)
+                .and_then(|read| keys::owed(Some(&read), &res.hash, self.key_digests.get(&rk)));
+            match owed {
+                Some(owed) if owed.write == marker => None,
+                _ => Some(r),
+            }
+        })
+    }
+
+    /// Whether a workload reads `key` key by key: then its digests are kept.
+    fn wants_keys(&self, key: &ResourceKey) -> bool {
+        let reads = |e: &WorkloadEntry| e.reads_keys;
+        self.dependents.named(key).any(|w| {
+            self.workloads.get(w).is_some_and(reads)
+                || self.provisional.get(w).is_some_and(|(e, _)| reads(e))
         })
     }
 
@@ -147,6 +170,8 @@ pub struct ResourceUpdate {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct IndexSizes {
     pub resources: usize,
+    /// Resources whose value digests are kept.
+    pub key_digests: usize,
     pub workloads: usize,
     pub provisional: usize,
     pub reverse_edges: usize,
@@ -273,9 +298,25 @@ impl Index {
         expired.len()
     }
 
-    /// Records a resource's hash; when it changed (or is new), returns the workloads that may depend on it.
-    pub fn update_resource(&self, key: &ResourceKey, entry: ResourceEntry) -> ResourceUpdate {
+    /// Whether the value digests of `key` are wanted (a workload reads it key by key): the watch
+    /// computes them for [`Index::update_resource`] only then.
+    pub fn wants_keys(&self, key: &ResourceKey) -> bool {
+        self.read().wants_keys(key)
+    }
+
+    /// Records a resource's hash, and its value digests when they are wanted; when it changed (or is
+    /// new), returns the workloads that may depend on it.
+    pub fn update_resource(
+        &self,
+        key: &ResourceKey,
+        entry: ResourceEntry,
+        digests: Option<KeyDigests>,
+    ) -> ResourceUpdate {
         let mut state = self.write();
+        match digests.filter(|_| state.wants_keys(key)) {
+            Some(d) => state.key_digests.insert(key.clone(), d),
+            None => state.key_digests.remove(key),
+        };
         let previous = state.resources.insert(key.clone(), entry.clone());
         let changed = previous.as_ref().is_none_or(|p| p.hash != entry.hash);
         let dependents = if changed {
@@ -291,6 +332,7 @@ impl Index {
 
     pub fn remove_resource(&self, key: &ResourceKey) -> ResourceUpdate {
         let mut state = self.write();
+        state.key_digests.remove(key);
         let previous = state.resources.remove(key);
         let dependents = if previous.is_some() {
             state.dependents(key)
@@ -305,6 +347,31 @@ impl Index {
 
     pub fn resource(&self, key: &ResourceKey) -> Option<ResourceEntry> {
         self.read().resources.get(key).cloned()
+    }
+
+    /// The resource's value digests, when they are of its current content.
+    pub fn key_digests(&self, key: &ResourceKey) -> Option<KeyDigests> {
+        let state = self.read();
+        let current = state.resources.get(key)?;
+        state
+            .key_digests
+            .get(key)
+            .filter(|d| d.of == current.hash)
+            .cloned()
+    }
+
+    /// Keeps digests read from the API (by the webhook or the writer) when they are of the content
+    /// the index has and a workload reads the resource key by key; the watch keeps them current
+    /// from then on.
+    pub fn fill_keys(&self, key: &ResourceKey, digests: KeyDigests) {
+        let mut state = self.write();
+        let current = state
+            .resources
+            .get(key)
+            .is_some_and(|e| e.hash == digests.of);
+        if current && state.wants_keys(key) {
+            state.key_digests.insert(key.clone(), digests);
+        }
     }
 
     /// Keys of the resources of one kind, optionally in one namespace (for re-list bookkeeping).
@@ -545,6 +612,7 @@ impl Index {
         let state = self.read();
         IndexSizes {
             resources: state.resources.len(),
+            key_digests: state.key_digests.len(),
             workloads: state.workloads.len(),
             provisional: state.provisional.len(),
             reverse_edges: state.dependents.edges(),
@@ -646,19 +714,19 @@ mod tests {
         let (b, eb) = mk_deploy("ns2", "b", "cfg", None);
         index.apply_workload(a.clone(), ea);
         index.apply_workload(b, eb);
-        index.update_resource(&cm_key("ns1", "cfg"), entry("h1"));
-        let upd = index.update_resource(&cm_key("ns1", "cfg"), entry("h2"));
+        index.update_resource(&cm_key("ns1", "cfg"), entry("h1"), None);
+        let upd = index.update_resource(&cm_key("ns1", "cfg"), entry("h2"), None);
         assert_eq!(upd.dependents, vec![a.clone()]);
         assert_eq!(&*upd.previous.unwrap().hash, "h1");
         // Same hash again: nothing to do.
         assert!(index
-            .update_resource(&cm_key("ns1", "cfg"), entry("h2"))
+            .update_resource(&cm_key("ns1", "cfg"), entry("h2"), None)
             .dependents
             .is_empty());
         // Removed workload: no longer a dependent, and no edges left behind.
         index.delete_workload(&a);
         assert!(index
-            .update_resource(&cm_key("ns1", "cfg"), entry("h3"))
+            .update_resource(&cm_key("ns1", "cfg"), entry("h3"), None)
             .dependents
             .is_empty());
         assert_eq!(index.sizes().reverse_edges, 1);
@@ -667,8 +735,8 @@ mod tests {
     #[test]
     fn a_newly_confirmed_workload_reports_its_stale_markers() {
         let index = Index::new();
-        index.update_resource(&cm_key("ns", "cfg"), entry("h2"));
-        index.update_resource(&cm_key("ns", "other"), entry("o1"));
+        index.update_resource(&cm_key("ns", "cfg"), entry("h2"), None);
+        index.update_resource(&cm_key("ns", "other"), entry("o1"), None);
         // Stamped with h1 before the change, seen by the watch after it.
         let (a, ea) = mk_deploy("ns", "a", "cfg", Some("h1"));
         assert!(
@@ -699,8 +767,8 @@ mod tests {
     #[test]
     fn a_newly_seen_unmarked_workload_reports_changes_made_after_its_creation() {
         let index = Index::new();
-        index.update_resource(&cm_key("ns", "cfg"), entry("h2"));
-        index.update_resource(&cm_key("ns", "quiet"), entry("q1"));
+        index.update_resource(&cm_key("ns", "cfg"), entry("h2"), None);
+        index.update_resource(&cm_key("ns", "quiet"), entry("q1"), None);
         index.record_change(&cm_key("ns", "cfg"), 1_000);
         index.record_change(&cm_key("other", "cfg"), 5_000);
         let cfg_ref = ResourceRef {
@@ -729,7 +797,7 @@ mod tests {
     #[test]
     fn admission_reads_hashes_and_records_provisionally() {
         let index = Index::new();
-        index.update_resource(&cm_key("ns", "cfg"), entry("h1"));
+        index.update_resource(&cm_key("ns", "cfg"), entry("h1"), None);
         let (a, ea) = mk_deploy("ns", "a", "cfg", None);
         let dry = index.admit(&a, &ea, false);
         assert_eq!(
@@ -746,14 +814,14 @@ mod tests {
         assert_eq!(index.sizes().provisional, 1);
         assert_eq!(
             index
-                .update_resource(&cm_key("ns", "cfg"), entry("h2"))
+                .update_resource(&cm_key("ns", "cfg"), entry("h2"), None)
                 .dependents,
             vec![a.clone()]
         );
         // Unconfirmed records expire.
         assert_eq!(index.expire_provisional(Duration::ZERO), 1);
         assert!(index
-            .update_resource(&cm_key("ns", "cfg"), entry("h3"))
+            .update_resource(&cm_key("ns", "cfg"), entry("h3"), None)
             .dependents
             .is_empty());
         // The watch confirms: the record is authoritative and does not expire.
@@ -762,7 +830,7 @@ mod tests {
         assert_eq!(index.expire_provisional(Duration::ZERO), 0);
         assert_eq!(
             index
-                .update_resource(&cm_key("ns", "cfg"), entry("h4"))
+                .update_resource(&cm_key("ns", "cfg"), entry("h4"), None)
                 .dependents,
             vec![a]
         );
@@ -775,15 +843,15 @@ mod tests {
         index.apply_workload(a.clone(), e1);
         let (_, e2) = mk_deploy("ns", "a", "two", None);
         index.apply_workload(a.clone(), e2);
-        index.update_resource(&cm_key("ns", "one"), entry("x"));
-        index.update_resource(&cm_key("ns", "two"), entry("x"));
+        index.update_resource(&cm_key("ns", "one"), entry("x"), None);
+        index.update_resource(&cm_key("ns", "two"), entry("x"), None);
         assert!(index
-            .update_resource(&cm_key("ns", "one"), entry("y"))
+            .update_resource(&cm_key("ns", "one"), entry("y"), None)
             .dependents
             .is_empty());
         assert_eq!(
             index
-                .update_resource(&cm_key("ns", "two"), entry("y"))
+                .update_resource(&cm_key("ns", "two"), entry("y"), None)
                 .dependents,
             vec![a]
         );
@@ -805,12 +873,12 @@ mod tests {
         );
         assert_eq!(
             index
-                .update_resource(&cm_key("ns", "gen-1"), entry("h"))
+                .update_resource(&cm_key("ns", "gen-1"), entry("h"), None)
                 .dependents,
             vec![key]
         );
         assert!(index
-            .update_resource(&cm_key("other", "gen-1"), entry("h"))
+            .update_resource(&cm_key("other", "gen-1"), entry("h"), None)
             .dependents
             .is_empty());
     }
@@ -824,7 +892,7 @@ mod tests {
         index.apply_workload(a.clone(), ea);
         index.apply_workload(b, eb);
         index.apply_workload(c, ec);
-        index.update_resource(&cm_key("ns", "cfg"), entry("new"));
+        index.update_resource(&cm_key("ns", "cfg"), entry("new"), None);
         // Only the workload whose marker differs; the one without a marker is left alone.
         assert_eq!(
             index.stale_markers(&ResourceKind::ALL),
@@ -860,7 +928,7 @@ mod tests {
             both.clone(),
             WorkloadEntry::from_object(&cfg(), &obj, WorkloadKind::Deployment),
         );
-        index.update_resource(&cm_key("ns", "cfg"), entry("new"));
+        index.update_resource(&cm_key("ns", "cfg"), entry("new"), None);
         let names = |stale: Vec<(WorkloadKey, ResourceRef)>| -> Vec<String> {
             stale.into_iter().map(|(w, _)| w.name).collect()
         };
@@ -874,5 +942,75 @@ mod tests {
             names(index.stale_markers(&ResourceKind::ALL)),
             ["a", "both"]
         );
+    }
+
+    /// A `used-keys` workload reading key `a` of `cfg`, with `marker` (as stored by the watch).
+    fn key_reader(name: &str, marker: &str) -> (WorkloadKey, WorkloadEntry) {
+        let obj = json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": "1",
+                "annotations": {"reloader.stakater.com/auto": "true", "rekindle.io/reload-on": "used-keys"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "app", "env": [
+                {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "a"}}},
+                {"name": "STAKATER_CFG_CONFIGMAP", "value": marker}]}]}}}});
+        let key = WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: "ns".into(),
+            name: name.into(),
+        };
+        (
+            key,
+            WorkloadEntry::from_stored(&cfg(), &obj, WorkloadKind::Deployment),
+        )
+    }
+
+    fn digests(a: &str, b: &str) -> KeyDigests {
+        let cm: k8s_openapi::api::core::v1::ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": "cfg"}, "data": {"a": a, "b": b}}))
+                .unwrap();
+        KeyDigests::of_configmap(&cm)
+    }
+
+    #[test]
+    fn used_keys_markers_are_stale_only_when_a_read_key_changed() {
+        let index = Index::new();
+        let v1 = digests("1", "x");
+        let read_a: std::collections::BTreeSet<String> = ["a".to_string()].into();
+        // Nobody reads cfg key by key yet: its digests are not kept.
+        assert!(!index.wants_keys(&cm_key("ns", "cfg")));
+        index.update_resource(&cm_key("ns", "cfg"), entry(&v1.of), Some(v1.clone()));
+        assert_eq!(index.sizes().key_digests, 0);
+        let (a, ea) = key_reader("a", &v1.hash(&read_a));
+        assert!(ea.reads_keys);
+        index.apply_workload(a.clone(), ea);
+        assert!(index.wants_keys(&cm_key("ns", "cfg")));
+        // Digests missing: a marker other than the whole hash is a candidate (the writer reads).
+        assert_eq!(index.stale_markers(&ResourceKind::ALL).len(), 1);
+        index.fill_keys(&cm_key("ns", "cfg"), v1.clone());
+        assert!(index.stale_markers(&ResourceKind::ALL).is_empty());
+        // Only `b` changes: current. `a` changes: stale.
+        let v2 = digests("1", "y");
+        index.update_resource(&cm_key("ns", "cfg"), entry(&v2.of), Some(v2.clone()));
+        assert!(index.stale_markers(&ResourceKind::ALL).is_empty());
+        let v3 = digests("2", "y");
+        index.update_resource(&cm_key("ns", "cfg"), entry(&v3.of), Some(v3.clone()));
+        assert_eq!(index.stale_markers(&ResourceKind::ALL).len(), 1);
+        // Digests of other content are never used or kept.
+        index.fill_keys(&cm_key("ns", "cfg"), v1.clone());
+        assert_eq!(index.key_digests(&cm_key("ns", "cfg")), Some(v3.clone()));
+        // The whole object's hash counts as current (stamped before the switch to used-keys).
+        let (b, eb) = key_reader("b", &v3.of);
+        index.apply_workload(b.clone(), eb);
+        assert_eq!(
+            index
+                .stale_markers(&ResourceKind::ALL)
+                .into_iter()
+                .map(|(w, _)| w.name)
+                .collect::<Vec<_>>(),
+            ["a"]
+        );
+        // Once no workload reads it key by key, the next update drops the digests.
+        index.delete_workload(&a);
+        index.delete_workload(&b);
+        index.update_resource(&cm_key("ns", "cfg"), entry(&v3.of), Some(v3));
+        assert_eq!(index.sizes().key_digests, 0);
     }
 }

@@ -1,6 +1,10 @@
 //! What the index keeps of one workload.
 
+use std::collections::BTreeSet;
+
 use serde_json::Value;
+
+use crate::core::keys;
 
 use crate::core::plan::{self, PlanConfig};
 use crate::core::policy::{AnnotationKeys, WorkloadPolicy};
@@ -19,6 +23,9 @@ pub struct WorkloadEntry {
     /// The marker currently on the workload for `refs[i]` at `markers[i]`; empty when it has none.
     markers: Box<[Option<Box<str>>]>,
     pub has_patterns: bool,
+    /// In `used-keys` mode with a reference read key by key (behaviour §14): its markers may be
+    /// used-keys hashes, and the resources it names keep their value digests.
+    pub reads_keys: bool,
     /// What planning reads of the object (`core::skeleton`, compact JSON); set from the watch and from
     /// the writer's own PATCH response, absent for admission's provisional records.
     pub skeleton: Option<Box<str>>,
@@ -51,10 +58,14 @@ impl WorkloadEntry {
             markers.clear();
         }
         let markers = markers.into_boxed_slice();
+        let reads_keys = refs
+            .iter()
+            .any(|r| plan::keys_read(cfg, obj, kind, r).is_some());
         let entry = Self {
             refs: refs.into_boxed_slice(),
             markers,
             has_patterns,
+            reads_keys,
             ..Default::default()
         };
         (entry, policy)
@@ -105,6 +116,22 @@ impl WorkloadEntry {
             .and_then(|rv| rv.parse().ok());
         self.release = Release::of(obj, kind, cfg.pod_restarts);
         self
+    }
+
+    /// The keys of `r` it reads, when it reads some only (from the skeleton; `None` without one).
+    pub(super) fn keys_read(
+        &self,
+        kind: WorkloadKind,
+        r: &ResourceRef,
+    ) -> Option<BTreeSet<String>> {
+        if !self.reads_keys {
+            return None;
+        }
+        let skeleton: Value = serde_json::from_str(self.skeleton.as_deref()?).ok()?;
+        match keys::used_keys(refs::pod_spec(&skeleton, kind)?, r.kind, &r.name) {
+            keys::Use::Keys(read) => Some(read),
+            keys::Use::Whole => None,
+        }
     }
 
     /// Whether this record is older than `other` by resourceVersion (unknown counts as not older).

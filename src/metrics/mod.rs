@@ -141,6 +141,8 @@ pub enum Skip {
     IgnoredOrNotSelected,
     /// Planned, and nothing to write.
     StrategyNotUpdated,
+    /// Only keys the workload does not read changed (`used-keys`).
+    UnusedKeys,
 }
 
 impl Skip {
@@ -149,6 +151,7 @@ impl Skip {
             Self::NoDataChange => "no_data_change",
             Self::IgnoredOrNotSelected => "ignored_or_not_selected",
             Self::StrategyNotUpdated => "strategy_not_updated",
+            Self::UnusedKeys => "unused_keys",
         }
     }
 }
@@ -226,10 +229,12 @@ pub enum ErrorKind {
     ReloadAttempt,
     /// A Deployment's pause could not be ended.
     Resume,
+    /// A ConfigMap or Secret read key by key could not be read for its value digests.
+    ResourceRead,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 13] = [
+    pub const ALL: [ErrorKind; 14] = [
         Self::Admission,
         Self::Alert,
         Self::AlertDropped,
@@ -243,6 +248,7 @@ impl ErrorKind {
         Self::Reload,
         Self::ReloadAttempt,
         Self::Resume,
+        Self::ResourceRead,
     ];
 
     pub fn label(self) -> &'static str {
@@ -260,6 +266,7 @@ impl ErrorKind {
             Self::Reload => "reload",
             Self::ReloadAttempt => "reload_attempt",
             Self::Resume => "resume",
+            Self::ResourceRead => "resource_read",
         }
     }
 }

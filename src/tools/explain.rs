@@ -6,6 +6,7 @@ use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
 
 use crate::config::{EventArg, Output};
+use crate::core::keys;
 use crate::core::patch;
 use crate::core::plan::{self, Change, Event, PlanConfig};
 use crate::core::policy::ResourceFlags;
@@ -55,13 +56,25 @@ pub fn explain(
         EventArg::Create => Event::Create,
         EventArg::Delete => Event::Delete,
     };
+    let changed_ref = ResourceRef {
+        kind: res.resource_kind,
+        name: res.resource_name.clone(),
+    };
+    // Used keys (behaviour §14): the manifest holds the values, so the digests are always there.
+    let read = plan::keys_read(cfg, workload, kind, &changed_ref);
+    let owed = keys::owed(read.as_ref(), &res.hash, res.digests.as_ref());
+    let (hash, also_current) = match &owed {
+        Some(o) if event != Event::Delete => (o.write.as_str(), o.also_current.as_deref()),
+        _ => (res.hash.as_str(), None),
+    };
     let change = Change {
         kind: res.resource_kind,
         name: &res.resource_name,
         namespace: &namespace,
-        hash: &res.hash,
+        hash,
         flags,
         event,
+        also_current,
     };
     let p = plan::plan(cfg, workload, kind, &change, now);
     let patch = if p.changes.is_empty() {
@@ -95,10 +108,14 @@ pub fn explain(
             json!({"restartedBy": "rekindle", "note": "rekindle evicts the pods running older config, one at a time within their PodDisruptionBudgets"})
         }
     };
-    let changed_ref = ResourceRef {
-        kind: res.resource_kind,
-        name: res.resource_name.clone(),
-    };
+    let mode = keys::reload_on(workload, kind, cfg.reload_on);
+    let keys = json!({
+        "reloadOn": mode.as_ref().map_or(cfg.reload_on, |m| *m).as_str(),
+        "invalid": mode.as_ref().err(),
+        // null: every key counts.
+        "read": read,
+        "marker": hash,
+    });
     let halt = release.halted.as_deref().map(|raw| match release.halt() {
         Some(h) => json!({"reason": h.reason, "holdsThisChange": h.holds(&changed_ref, &res.hash)}),
         None => json!({"error": format!("{HALTED_ANNOTATION} is not rekindle's halt: {raw}")}),
@@ -113,6 +130,7 @@ pub fn explain(
         "patch": patch,
         "window": window,
         "pods": pods,
+        "keys": keys,
         "canary": release.canary,
         "halt": halt,
         "invalidPatterns": p.decision.invalid_patterns.iter().map(|i| json!({"annotation": i.annotation, "pattern": i.pattern, "error": i.error})).collect::<Vec<_>>(),
@@ -160,6 +178,23 @@ pub fn run_explain(
             println!("action:    {}", e["action"].as_str().unwrap_or(""));
             if let Some(c) = e["container"].as_str() {
                 println!("container: {c}");
+            }
+            let keys = &e["keys"];
+            if let Some(read) = keys["read"].as_array() {
+                let names: Vec<&str> = read.iter().filter_map(Value::as_str).collect();
+                println!(
+                    "keys:      used-keys: reads {} of {}; a change of only other keys reloads nothing",
+                    if names.is_empty() { "none".to_string() } else { names.join(", ") },
+                    r["name"].as_str().unwrap_or("")
+                );
+            } else if keys["reloadOn"] == "used-keys" {
+                println!("keys:      used-keys, but it takes the whole object: any key reloads");
+            }
+            if let Some(invalid) = keys["invalid"].as_str() {
+                println!(
+                    "warning:   invalid rekindle.io/reload-on {invalid:?}: using {}",
+                    keys["reloadOn"].as_str().unwrap_or("")
+                );
             }
             if e["pods"]["restartedBy"] != "controller" {
                 println!("pods:      {}", e["pods"]["note"].as_str().unwrap_or(""));
@@ -233,6 +268,43 @@ mod tests {
         assert_eq!(again["reload"], false);
         assert_eq!(again["reason"], "already-current");
         assert!(again["patch"].is_null());
+    }
+
+    /// `used-keys`: the keys read are named, a change of another key reloads nothing (and says why),
+    /// a change of a read key reloads with the used-keys hash.
+    #[test]
+    fn explain_names_the_keys_read_and_skips_other_keys() {
+        let cfg = PlanConfig::default();
+        let workload = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "ns", "annotations": {
+                "reloader.stakater.com/auto": "true", "rekindle.io/reload-on": "used-keys"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "app", "env": [
+                {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "a"}}}]}]}}}});
+        let cm = |a: &str, b: &str| json!({"kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": a, "b": b}});
+        let e = explain(&cfg, None, &workload, &cm("1", "x"), EventArg::Update, 0).unwrap();
+        assert_eq!(e["keys"]["reloadOn"], "used-keys");
+        assert_eq!(e["keys"]["read"], json!(["a"]));
+        let want = keys::used_keys_hash([("a", b"1".as_slice())]);
+        assert_eq!(e["keys"]["marker"], want.as_str());
+        assert_eq!(e["reload"], true, "no marker yet");
+        let ops: json_patch::Patch = serde_json::from_value(e["patch"].clone()).unwrap();
+        let mut after = workload.clone();
+        json_patch::patch(&mut after, &ops).unwrap();
+        assert!(after.to_string().contains(&want), "{after}");
+        let other = explain(&cfg, None, &after, &cm("1", "y"), EventArg::Update, 0).unwrap();
+        assert_eq!(other["reload"], false);
+        assert_eq!(other["reason"], "unused-keys");
+        let used = explain(&cfg, None, &after, &cm("2", "y"), EventArg::Update, 0).unwrap();
+        assert_eq!(used["reload"], true);
+        // The same workload in any-key mode reloads for the other key.
+        let any = PlanConfig::default();
+        let mut plain = after.clone();
+        plain["metadata"]["annotations"]["rekindle.io/reload-on"] = json!("any-key");
+        let e = explain(&any, None, &plain, &cm("1", "y"), EventArg::Update, 0).unwrap();
+        assert_eq!(
+            (e["reload"].clone(), e["keys"]["read"].clone()),
+            (json!(true), Value::Null)
+        );
     }
 
     /// Who restarts the pods: an OnDelete StatefulSet's nobody, unless it opts in (and `--pod-restarts`).

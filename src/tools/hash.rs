@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 
 use crate::config::Output;
 use crate::core::envname::env_var_name;
-use crate::core::hash::{configmap_hash_typed, secret_hash_typed, spcps_hash_json};
+use crate::core::hash::spcps_hash_json;
+use crate::core::keys::KeyDigests;
 use crate::core::ResourceKind;
 
 use super::{meta_str, read_documents};
@@ -24,6 +25,8 @@ pub struct Hashed {
     pub resource_name: String,
     pub hash: String,
     pub annotations: std::collections::BTreeMap<String, String>,
+    /// A ConfigMap's or Secret's value digests (behaviour §14).
+    pub digests: Option<KeyDigests>,
 }
 
 impl Hashed {
@@ -49,26 +52,34 @@ pub fn hash_document(doc: &Value) -> Result<Hashed> {
                 .collect()
         })
         .unwrap_or_default();
-    let (resource_kind, resource_name, hash) = match kind {
+    let (resource_kind, resource_name, hash, digests) = match kind {
         "ConfigMap" => {
             let cm: ConfigMap =
                 serde_json::from_value(doc.clone()).with_context(|| format!("ConfigMap {name}"))?;
+            let digests = KeyDigests::of_configmap(&cm);
             (
                 ResourceKind::ConfigMap,
                 name.clone(),
-                configmap_hash_typed(&cm),
+                digests.of.to_string(),
+                Some(digests),
             )
         }
         "Secret" => {
             let s: Secret = serde_json::from_value(doc.clone())
                 .with_context(|| format!("Secret {name}: data values must be base64"))?;
-            (ResourceKind::Secret, name.clone(), secret_hash_typed(&s))
+            let digests = KeyDigests::of_secret(&s);
+            (
+                ResourceKind::Secret,
+                name.clone(),
+                digests.of.to_string(),
+                Some(digests),
+            )
         }
         "SecretProviderClassPodStatus" => {
             let (class, hash) = spcps_hash_json(doc).ok_or_else(|| {
                 anyhow!("SecretProviderClassPodStatus {name} has no status.secretProviderClassName")
             })?;
-            (ResourceKind::SecretProviderClass, class, hash)
+            (ResourceKind::SecretProviderClass, class, hash, None)
         }
         other => {
             bail!("{other} {name}: expected a ConfigMap, Secret or SecretProviderClassPodStatus")
@@ -82,6 +93,7 @@ pub fn hash_document(doc: &Value) -> Result<Hashed> {
         resource_name,
         hash,
         annotations,
+        digests,
     })
 }
 

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::driver::{self, Handler, History, Watched};
 use super::{wait_for_api, Changed, Ctx, Sink, WatchPart};
+use crate::core::keys::KeyDigests;
 use crate::core::kinds::csi;
 use crate::core::pause;
 use crate::core::plan::PlanConfig;
@@ -56,7 +57,7 @@ fn last_write(meta: &ObjectMeta) -> i64 {
 fn upsert(
     ctx: &Ctx,
     key: ResourceKey,
-    hash: String,
+    (hash, digests): (String, Option<KeyDigests>),
     flags: ResourceFlags,
     written_at: Option<i64>,
     label: &str,
@@ -68,6 +69,7 @@ fn upsert(
             hash: hash.as_str().into(),
             flags,
         },
+        digests,
     );
     let Some(written_at) = written_at else {
         return;
@@ -134,10 +136,35 @@ struct Resources<K> {
     kind: ResourceKind,
     label: &'static str,
     namespace: Option<String>,
-    hash: fn(&K) -> String,
+    _kind: std::marker::PhantomData<fn(&K)>,
 }
 
-impl<K: Resource> Handler<K> for Resources<K>
+/// What the index keeps of a ConfigMap or Secret: its hash, and its value digests only when a
+/// workload reads it key by key (they cost a SHA-1 and an allocation per key).
+pub trait ConfigData {
+    fn hash(&self) -> String;
+    fn digests(&self) -> KeyDigests;
+}
+
+impl ConfigData for k8s_openapi::api::core::v1::ConfigMap {
+    fn hash(&self) -> String {
+        crate::core::hash::configmap_hash_typed(self)
+    }
+    fn digests(&self) -> KeyDigests {
+        KeyDigests::of_configmap(self)
+    }
+}
+
+impl ConfigData for Secret {
+    fn hash(&self) -> String {
+        crate::core::hash::secret_hash_typed(self)
+    }
+    fn digests(&self) -> KeyDigests {
+        KeyDigests::of_secret(self)
+    }
+}
+
+impl<K: Resource + ConfigData> Handler<K> for Resources<K>
 where
     K: Send,
 {
@@ -153,10 +180,17 @@ where
 
     fn apply(&mut self, ctx: &Ctx, obj: K, live: bool) {
         let written_at = live.then(|| last_write(obj.meta()));
+        let key = self.key(&obj);
+        let hashed = if ctx.index.wants_keys(&key) {
+            let digests = obj.digests();
+            (digests.of.to_string(), Some(digests))
+        } else {
+            (obj.hash(), None)
+        };
         upsert(
             ctx,
-            self.key(&obj),
-            (self.hash)(&obj),
+            key,
+            hashed,
             flags_of(&ctx.plan, &obj),
             written_at,
             self.label,
@@ -173,24 +207,23 @@ where
     }
 }
 
-/// Watches one kind of configuration resource. `hash` computes Reloader's hash of an object.
+/// Watches one kind of configuration resource.
 pub async fn resources<K>(
     api: Api<K>,
     config: watcher::Config,
     kind: ResourceKind,
     label: &'static str,
     namespace: Option<String>,
-    hash: fn(&K) -> String,
     ctx: Arc<Ctx>,
 ) where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    K: Resource + ConfigData + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let id = Watched::Resources(kind).in_namespace(namespace.as_deref());
     let handler = Resources {
         kind,
         label,
         namespace,
-        hash,
+        _kind: std::marker::PhantomData,
     };
     driver::run(api, config, id, handler, ctx).await;
 }
@@ -209,7 +242,7 @@ pub async fn secrets(
         kind: ResourceKind::Secret,
         label: "secrets",
         namespace: namespace.clone(),
-        hash: crate::core::hash::secret_hash_typed,
+        _kind: std::marker::PhantomData,
     };
     let mut history = History::New;
     if ctx.streaming_lists {
@@ -404,7 +437,7 @@ impl Handler<DynamicObject> for PodStatuses {
         upsert(
             ctx,
             key,
-            hash,
+            (hash, None),
             flags,
             live.then(|| last_write(obj.meta())),
             "secretproviderclasspodstatuses",

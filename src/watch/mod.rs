@@ -3,6 +3,7 @@
 //! objects. Each is a [`driver::Handler`] run by the one [`driver::run`] loop; what a change triggers
 //! goes to the [`Sink`] chosen at start-up.
 
+pub mod digests;
 mod driver;
 mod handlers;
 mod protobuf;

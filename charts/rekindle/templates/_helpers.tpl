@@ -182,6 +182,7 @@ them (alone when no list is given), as in Reloader's chart.
 - --halt-on-failed-rollout=true
 {{- end }}
 - --pod-restarts={{ $r.podRestarts }}
+- --reload-on={{ $r.reloadOn }}
 - --log-level={{ $r.logLevel }}
 {{- if $r.logFormat }}
 - --log-format={{ $r.logFormat }}

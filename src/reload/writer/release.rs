@@ -8,6 +8,7 @@ use kube::runtime::events::EventType;
 use serde_json::Value;
 
 use super::{halted, Writer, BUDGET_RECHECK, RELEASE_RECHECK};
+use crate::core::keys::Owed;
 use crate::core::plan::{self, Change, Event};
 use crate::core::policy::ResourceFlags;
 use crate::core::refs::ResourceRef;
@@ -113,11 +114,17 @@ impl Writer {
                 if own_canary || !release.canary || peer == *key || !self.rollouts.serves(&peer) {
                     continue;
                 }
-                let waiting = if marker.as_deref() == Some(hash) {
+                let Some((skeleton, owed)) = self.owed_by(&peer, r, &rk, hash) else {
+                    continue;
+                };
+                let current = marker
+                    .as_deref()
+                    .is_some_and(|m| m == hash || m == owed.write);
+                let waiting = if current {
                     (release.progress != Progress::Finished)
                         .then_some("has not finished its rollout")
                 } else {
-                    self.owes(&peer, r, hash, resource.flags)
+                    self.owes(&peer, &skeleton, r, &owed, resource.flags)
                         .then_some("has not reloaded yet")
                 };
                 if let Some(what) = waiting {
@@ -137,27 +144,45 @@ impl Writer {
         None
     }
 
-    /// Whether `key` reloads for the change of `r` to `hash` (planned on its skeleton).
-    pub(super) fn owes(
+    /// A peer's skeleton and what its marker for `r` must be when `r`'s hash is `hash` (from the
+    /// index's digests only: without them the whole hash is owed, so a canary is never skipped).
+    fn owed_by(
         &self,
-        key: &WorkloadKey,
+        peer: &WorkloadKey,
         r: &ResourceRef,
+        rk: &ResourceKey,
         hash: &str,
+    ) -> Option<(Value, Owed)> {
+        let (skeleton, _) = self.index.skeleton(peer)?;
+        let digests = self.index.key_digests(rk);
+        let owed = plan::owed(&self.plan, &skeleton, peer.kind, r, hash, digests.as_ref())
+            .unwrap_or_else(|| Owed {
+                write: hash.to_string(),
+                also_current: None,
+            });
+        Some((skeleton, owed))
+    }
+
+    /// Whether the workload of `skeleton` reloads for the change of `r` that owes it `owed`.
+    fn owes(
+        &self,
+        peer: &WorkloadKey,
+        skeleton: &Value,
+        r: &ResourceRef,
+        owed: &Owed,
         flags: ResourceFlags,
     ) -> bool {
-        let Some((skeleton, _)) = self.index.skeleton(key) else {
-            return false;
-        };
         let change = Change {
             kind: r.kind,
             name: &r.name,
-            namespace: &key.namespace,
-            hash,
+            namespace: &peer.namespace,
+            hash: &owed.write,
             flags,
             event: Event::Update,
+            also_current: owed.also_current.as_deref(),
         };
         let now = jiff::Timestamp::now().as_second();
-        !plan::plan(&self.plan, &skeleton, key.kind, &change, now)
+        !plan::plan(&self.plan, skeleton, peer.kind, &change, now)
             .changes
             .is_empty()
     }

@@ -99,6 +99,7 @@ fn fixture_leading(
             hash: "h2".into(),
             flags: Default::default(),
         },
+        None,
     );
     let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
     let queue = Arc::new(Queue::new(QueueConfig {
@@ -829,6 +830,7 @@ async fn a_halt_is_over_only_on_evidence_and_only_where_the_replica_serves() {
                         hash: h.into(),
                         flags: Default::default(),
                     },
+                    None,
                 );
             }
             None => {
@@ -935,6 +937,7 @@ async fn a_canary_the_replica_does_not_serve_holds_nothing() {
                 hash: "h2".into(),
                 flags: Default::default(),
             },
+            None,
         );
         for (name, object) in [
             ("canary", canary(Some("h1"), json!({}), true)),

@@ -7,18 +7,22 @@ use kube::Api;
 use serde_json::Value;
 
 use super::{Outcome, Planned, Writer, FIELD_MANAGER, PATCH_TIMEOUT};
+use crate::core::keys::{self, Owed, RELOAD_ON_ANNOTATION};
 use crate::core::patch::{self, MarkerChange};
 use crate::core::pause::{pause_ops, PauseDecision};
 use crate::core::plan::{self, Action, Change, Event};
+use crate::core::policy::Reason;
 use crate::core::policy::ResourceFlags;
+use crate::core::refs::ResourceRef;
 use crate::core::release::HaltedChange;
 use crate::core::restart::{self, Restarts};
 use crate::core::skeleton;
 use crate::core::WorkloadKind;
 use crate::index::{ResourceKey, WorkloadEntry, WorkloadKey};
-use crate::metrics::ReadReason;
+use crate::metrics::{ErrorKind, ReadReason, Skip};
 use crate::reload::error::WriteError;
 use crate::reload::queue::{Pending, Upkeep};
+use crate::watch::digests;
 use std::time::Duration;
 
 impl Writer {
@@ -128,6 +132,14 @@ impl Writer {
             halted_changes: Vec::new(),
             action: Action::None,
         };
+        if let Err(value) = keys::reload_on(value, key.kind, self.plan.reload_on) {
+            let note = format!(
+                "Invalid {RELOAD_ON_ANNOTATION} {value:?} (any-key or used-keys); using --reload-on={}",
+                self.plan.reload_on.as_str()
+            );
+            self.warn_invalid(key, uid, RELOAD_ON_ANNOTATION, &value, note)
+                .await;
+        }
         for r in pending.causes.keys() {
             let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
             // What is owed is the resource as it is now: its current hash, or its deletion (which
@@ -137,15 +149,26 @@ impl Writer {
                 Some(e) => (e.hash, e.flags, Event::Update),
                 None => (Box::default(), ResourceFlags::default(), Event::Delete),
             };
+            let owed = match event {
+                Event::Update => self.owed(key, &planned.working, r, &rk, &hash).await,
+                _ => Owed {
+                    write: String::new(),
+                    also_current: None,
+                },
+            };
             let change = Change {
                 kind: r.kind,
                 name: &r.name,
                 namespace: &key.namespace,
-                hash: &hash,
+                hash: &owed.write,
                 flags,
                 event,
+                also_current: owed.also_current.as_deref(),
             };
             let p = plan::plan(&self.plan, &planned.working, key.kind, &change, now);
+            if p.decision.reason == Reason::UnusedKeys {
+                self.metrics.skip(Skip::UnusedKeys);
+            }
             for invalid in &p.decision.invalid_patterns {
                 let note = format!(
                     "Invalid pattern {:?} in annotation {} skipped: {}",
@@ -169,6 +192,44 @@ impl Writer {
             });
         }
         Ok(planned)
+    }
+
+    /// What the workload's marker for `r` must be now (behaviour §14). A workload reading some keys
+    /// only needs the resource's value digests: when the index has none of its current content, the
+    /// resource is read (and the index keeps what was read); if it cannot be, the whole object's hash
+    /// is owed, so that nothing is missed.
+    async fn owed(
+        &self,
+        key: &WorkloadKey,
+        obj: &Value,
+        r: &ResourceRef,
+        rk: &ResourceKey,
+        full: &str,
+    ) -> Owed {
+        let whole = || Owed {
+            write: full.to_string(),
+            also_current: None,
+        };
+        let Some(read) = plan::keys_read(&self.plan, obj, key.kind, r) else {
+            return whole();
+        };
+        if let Some(owed) = keys::owed(Some(&read), full, self.index.key_digests(rk).as_ref()) {
+            return owed;
+        }
+        match digests::read(&self.client, rk).await {
+            Ok(Some(digests)) => {
+                let owed = keys::owed(Some(&read), &digests.of.clone(), Some(&digests));
+                self.index.fill_keys(rk, digests);
+                owed.unwrap_or_else(whole)
+            }
+            Ok(None) => whole(),
+            Err(e) => {
+                self.metrics.error(ErrorKind::ResourceRead);
+                tracing::warn!(resource = %rk.name, namespace = %rk.namespace, error = %e,
+                    "could not read the keys of a resource; the whole object's hash is owed");
+                whole()
+            }
+        }
     }
 
     /// The skeleton to plan from and its resourceVersion, or why the object must be read instead (the
