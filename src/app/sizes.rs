@@ -41,6 +41,11 @@ impl Collector for SizesCollector {
                 s.workloads as i64,
             ),
             (
+                "rekindle_index_key_digests",
+                "Resources whose value digests the index keeps (read key by key by a used-keys workload)",
+                s.key_digests as i64,
+            ),
+            (
                 "rekindle_index_provisional_workloads",
                 "Admission records awaiting the watch",
                 s.provisional as i64,

@@ -257,6 +257,10 @@ pub struct S9 {
     pub bytes_per_resource: f64,
     pub bytes_per_workload: f64,
     pub bytes_per_workload_second_step: f64,
+    /// RSS before and after the used-keys readers (each making the index digest a ConfigMap).
+    pub key_readers: Vec<(usize, u64)>,
+    pub bytes_per_key_reader: f64,
+    pub bytes_per_key: f64,
 }
 
 /// The scenarios run for each binary compared.
