@@ -17,6 +17,7 @@ test: unit e2e e2e-chart e2e-install
 # The release build the image ships (the Dockerfile runs this same command; `just lint` checks it).
 release:
     cargo build --release --locked -p rekindle -p certs-gen --bins
+    ln -sf rekindle target/release/kubectl-rekindle
 
 # Unit tests of every crate (no cluster needed).
 unit:

@@ -36,6 +36,22 @@ fn main() -> ExitCode {
                 args.output,
             )
         }
+        Some(Command::Why(args)) => {
+            let config = match config_or_exit(&args.server) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let args = *args;
+            rekindle::tools::why::run_why(
+                &config,
+                rekindle::tools::why::WhyRequest {
+                    target: args.target,
+                    namespace: args.namespace,
+                    all_namespaces: args.all_namespaces,
+                    output: args.output,
+                },
+            )
+        }
         Some(Command::MigrateValues(args)) => {
             rekindle::tools::migrate::run(&args.file, args.namespace.as_deref())
         }

@@ -41,6 +41,12 @@ pub enum Command {
     Hash(HashArgs),
     /// Say whether a workload would reload for a change of a resource, why, and what rekindle would change.
     Explain(Box<ExplainArgs>),
+    /// Say where a workload stands, read from the live cluster: current, owed, deferred (and until when),
+    /// halted or not reloaded, with the evidence. Without KIND/NAME, every workload of the namespace (or
+    /// of all, with -A) that rekindle owes a reload. Takes the server's flags (annotation names,
+    /// --auto-reload-all, strategies) so that it decides as the server does. Installed as
+    /// `kubectl-rekindle`, it is the kubectl plugin `kubectl rekindle why`.
+    Why(Box<WhyArgs>),
     /// Probe the admin server (for container probes and `helm test`; the image has no curl): GET each URL
     /// and exit 0 only when every one answers 2xx.
     Healthcheck(HealthcheckArgs),
@@ -48,6 +54,24 @@ pub enum Command {
     /// runs the same controller: YAML on stdout headed by a summary of it (scope, replicas), a warning on
     /// stderr for each key not carried over.
     MigrateValues(MigrateValuesArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WhyArgs {
+    /// The workload, as kubectl names it: deploy/web, sts/db, ds/agent, cj/report, job/once,
+    /// rollout/api, dc/legacy.
+    #[arg(value_parser = clap::value_parser!(crate::tools::why::Target))]
+    pub target: Option<crate::tools::why::Target>,
+    /// The namespace (default: the kubeconfig context's).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Without a workload: every namespace.
+    #[arg(short = 'A', long, conflicts_with = "target")]
+    pub all_namespaces: bool,
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: Output,
+    #[command(flatten)]
+    pub server: ServerArgs,
 }
 
 #[derive(Debug, Args)]

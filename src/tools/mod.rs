@@ -1,5 +1,6 @@
-//! The offline commands: `rekindle hash` and `rekindle explain` (the same core the server uses, on
-//! files), `rekindle migrate-values`, and the `rekindle healthcheck` probe.
+//! The commands beside the server: `rekindle hash` and `rekindle explain` (the same core the server
+//! uses, on files), `rekindle why` (on the live cluster), `rekindle migrate-values`, and the
+//! `rekindle healthcheck` probe.
 
 use std::io::Read;
 use std::path::Path;
@@ -11,6 +12,7 @@ pub mod explain;
 pub mod hash;
 pub mod healthcheck;
 pub mod migrate;
+pub mod why;
 
 pub use explain::{explain, run_explain};
 pub use hash::{hash_document, run_hash, Hashed};
