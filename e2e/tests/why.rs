@@ -157,6 +157,13 @@ async fn why_answers_from_the_cluster_as_it_is() -> Result<()> {
         .parse()?;
     assert_eq!(until, opens, "{windowed}");
     assert_eq!(listed(&ns.name)?, ["windowed"]);
+    // The text an on-call engineer reads (shown with --nocapture).
+    for target in ["deploy/web", "deploy/plain", "deploy/windowed"] {
+        println!(
+            "$ rekindle why {target}\n{}",
+            why(&[target, "-n", &ns.name])?.2
+        );
+    }
 
     // Stopped: the change is owed, and nothing is writing.
     rk.kill().await?;
@@ -174,6 +181,12 @@ async fn why_answers_from_the_cluster_as_it_is() -> Result<()> {
     );
     assert_eq!(listed(&ns.name)?, ["web", "windowed"]);
     let (_, _, text) = why(&["deploy/web", "-n", &ns.name])?;
+    println!("$ rekindle why deploy/web (rekindle stopped)\n{text}");
+    println!(
+        "$ rekindle why -n {}\n{}",
+        ns.name,
+        why(&["-n", &ns.name])?.2
+    );
     let first = text.lines().next().unwrap_or_default();
     assert!(
         first.contains("OWED") && first.contains("app-config"),

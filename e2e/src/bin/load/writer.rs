@@ -328,12 +328,65 @@ async fn rss_at(rk: &Rekindle, gauge: &str, want: usize) -> Result<u64> {
     rk.rss_bytes().context("no RSS")
 }
 
+/// S9's used-keys part: `readers` ConfigMaps of [`KEYS`] keys, RSS, then as many `used-keys`
+/// Deployments reading one key each, RSS once every ConfigMap is digested. `before`: the resources
+/// and workloads already indexed.
+async fn key_reader_rss(
+    rk: &Rekindle,
+    cms: &Api<ConfigMap>,
+    ds: &Api<Deployment>,
+    before: usize,
+    readers: usize,
+) -> Result<Vec<(usize, u64)>> {
+    let kcms = cms.clone();
+    create_many(0..readers, move |i| {
+        let cms = kcms.clone();
+        Box::pin(async move {
+            let data: serde_json::Map<String, serde_json::Value> = (0..KEYS)
+                .map(|k| (format!("key-{k}"), json!(format!("{k:032}"))))
+                .collect();
+            let cm: ConfigMap = serde_json::from_value(
+                json!({"metadata": {"name": format!("keyed-{i}")}, "data": data}),
+            )?;
+            cms.create(&PostParams::default(), &cm).await?;
+            Ok(())
+        })
+    })
+    .await?;
+    let mut key_readers = vec![(
+        0usize,
+        rss_at(rk, "rekindle_index_resources", before + readers).await?,
+    )];
+    let kds = ds.clone();
+    create_many(0..readers, move |i| {
+        let ds = kds.clone();
+        Box::pin(async move {
+            let name = format!("reader-{i}");
+            let d: Deployment = serde_json::from_value(json!({"metadata": {"name": name,
+                    "annotations": {"reloader.stakater.com/auto": "true", "rekindle.io/reload-on": "used-keys"}},
+                "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "app", "image": "busybox",
+                        "env": [{"name": "V", "valueFrom": {"configMapKeyRef": {"name": format!("keyed-{i}"), "key": "key-0"}}}]}]}}}}))?;
+            ds.create(&PostParams::default(), &d).await?;
+            Ok(())
+        })
+    })
+    .await?;
+    wait_for_metric(rk, "rekindle_index_key_digests", readers as f64).await?;
+    key_readers.push((
+        readers,
+        rss_at(rk, "rekindle_index_workloads", before + readers).await?,
+    ));
+    Ok(key_readers)
+}
+
 /// Keys of each ConfigMap S9 digests.
 const KEYS: usize = 10;
 
 /// S9: index memory. ConfigMaps 0 → `step` → 2·`step` with no workloads, then Deployments
 /// (replicas 0, each using one of 1,000 ConfigMaps) 0 → `step` → 2·`step`; RSS at each step. Then
-/// `step / 5` ConfigMaps of [`KEYS`] keys and as many `used-keys` Deployments reading one key each.
+/// `step` ConfigMaps of [`KEYS`] keys and as many `used-keys` Deployments reading one key each.
 pub async fn s9(client: &Client, step: usize) -> Result<S9> {
     let ns = TestNamespace::new(client, "bench-s9").await?;
     let rk = Rekindle::start(client, &[&ns.name], Options::default()).await?;
@@ -378,42 +431,12 @@ pub async fn s9(client: &Client, step: usize) -> Result<S9> {
         workloads.push((k * step, rss_at(&rk, gauge_wl, k * step).await?));
     }
     // Used keys: ConfigMaps of KEYS keys each (digests not kept: nobody reads them key by key),
-    // then one used-keys Deployment per ConfigMap reading one key, so each of them is digested.
-    let readers = step / 5;
-    let kcms = cms.clone();
-    create_many(0..readers, move |i| {
-        let cms = kcms.clone();
-        Box::pin(async move {
-            let data: serde_json::Map<String, serde_json::Value> = (0..KEYS)
-                .map(|k| (format!("key-{k}"), json!(format!("{k:032}"))))
-                .collect();
-            let cm: ConfigMap = serde_json::from_value(
-                json!({"metadata": {"name": format!("keyed-{i}")}, "data": data}),
-            )?;
-            cms.create(&PostParams::default(), &cm).await?;
-            Ok(())
-        })
-    })
-    .await?;
-    let mut key_readers = vec![(0usize, rss_at(&rk, gauge_res, 2 * step + readers).await?)];
-    let kds = ds.clone();
-    create_many(0..readers, move |i| {
-        let ds = kds.clone();
-        Box::pin(async move {
-            let name = format!("reader-{i}");
-            let d: Deployment = serde_json::from_value(json!({"metadata": {"name": name,
-                    "annotations": {"reloader.stakater.com/auto": "true", "rekindle.io/reload-on": "used-keys"}},
-                "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
-                    "template": {"metadata": {"labels": {"app": name}},
-                    "spec": {"containers": [{"name": "app", "image": "busybox",
-                        "env": [{"name": "V", "valueFrom": {"configMapKeyRef": {"name": format!("keyed-{i}"), "key": "key-0"}}}]}]}}}}))?;
-            ds.create(&PostParams::default(), &d).await?;
-            Ok(())
-        })
-    })
-    .await?;
-    wait_for_metric(&rk, "rekindle_index_key_digests", readers as f64).await?;
-    key_readers.push((readers, rss_at(&rk, gauge_wl, 2 * step + readers).await?));
+    // then one used-keys Deployment per ConfigMap reading one key, so each of them is digested. A
+    // binary without used keys (a comparison run through REKINDLE_BIN) skips this part.
+    let mut key_readers = Vec::new();
+    if rk.metrics().await?.contains("rekindle_index_key_digests") {
+        key_readers = key_reader_rss(&rk, &cms, &ds, 2 * step, step).await?;
+    }
     rk.stop().await?;
     ns.cleanup().await?;
     let per = |v: &[(usize, u64)]| {
@@ -421,7 +444,11 @@ pub async fn s9(client: &Client, step: usize) -> Result<S9> {
         let (n2, r2) = v[v.len() - 1];
         (r2 as f64 - r0 as f64) / (n2 - n0) as f64
     };
-    let bytes_per_key_reader = per(&key_readers);
+    let bytes_per_key_reader = if key_readers.len() == 2 {
+        per(&key_readers)
+    } else {
+        f64::NAN
+    };
     Ok(S9 {
         bytes_per_key: (bytes_per_key_reader - per(&workloads)) / KEYS as f64,
         bytes_per_key_reader,
@@ -591,9 +618,13 @@ fn s9_markdown(s9: &S9) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    format!("\n## S9 index memory\n\nRSS of rekindle (release build) as ConfigMaps grow with no workloads ({}), then as Deployments grow at 2× that many ConfigMaps ({}). **{:.0} bytes per ConfigMap, {:.0} bytes per Deployment** (second step alone: {:.0}).\n\nUsed keys: ConfigMaps of {KEYS} keys added (nobody reads them key by key, so no digests are kept), then one `used-keys` Deployment per ConfigMap reading one of its keys, which makes the index keep that ConfigMap's {KEYS} value digests ({}). **{:.0} bytes per such Deployment**, its ConfigMap's digests included; less a Deployment's {:.0} bytes above, **{:.0} bytes per key digested** (the reader's skeleton differs a little from an `envFrom` one).\n",
-        steps(&s9.resources), steps(&s9.workloads), s9.bytes_per_resource, s9.bytes_per_workload, s9.bytes_per_workload_second_step,
-        steps(&s9.key_readers), s9.bytes_per_key_reader, s9.bytes_per_workload, s9.bytes_per_key)
+    let mut md = format!("\n## S9 index memory\n\nRSS of rekindle (release build) as ConfigMaps grow with no workloads ({}), then as Deployments grow at 2× that many ConfigMaps ({}). **{:.0} bytes per ConfigMap, {:.0} bytes per Deployment** (second step alone: {:.0}).\n",
+        steps(&s9.resources), steps(&s9.workloads), s9.bytes_per_resource, s9.bytes_per_workload, s9.bytes_per_workload_second_step);
+    if !s9.key_readers.is_empty() {
+        md += &format!("\nUsed keys: ConfigMaps of {KEYS} keys added (nobody reads them key by key, so no digests are kept), then one `used-keys` Deployment per ConfigMap reading one of its keys, which makes the index keep that ConfigMap's {KEYS} value digests ({}). **{:.0} bytes per such Deployment**, its ConfigMap's digests included; less a Deployment's {:.0} bytes above, **{:.0} bytes per key digested** (the reader's skeleton differs a little from an `envFrom` one).\n",
+            steps(&s9.key_readers), s9.bytes_per_key_reader, s9.bytes_per_workload, s9.bytes_per_key);
+    }
+    md
 }
 
 #[cfg(test)]
