@@ -398,10 +398,7 @@ impl Admission {
             // Without the digests of a resource read key by key (it could not be read in time), the
             // whole object's hash: it counts as current until the resource changes.
             let owed = plan::owed(&self.plan, obj, kind, r, &res.hash, digests.get(r))
-                .unwrap_or_else(|| Owed {
-                    write: res.hash.to_string(),
-                    also_current: None,
-                });
+                .unwrap_or_else(|| Owed::whole(&res.hash));
             let change = Change {
                 kind: r.kind,
                 name: &r.name,

@@ -1,7 +1,7 @@
 //! The clients: two from one read of the kubeconfig (the watches' and the writer's), what the
 //! apiserver serves, and who rekindle is to it.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::PostParams;
 use kube::{Api, Client};
@@ -12,16 +12,7 @@ use crate::metrics::Metrics;
 /// Two clients from one read of the kubeconfig: one for the watches and everything else, and the
 /// writer's own, whose connection pool the watches do not hold (reload::warm keeps it open).
 pub(super) async fn clients(config: &Config, metrics: &Metrics) -> Result<(Client, Client)> {
-    let mut kube_config = match &config.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no kubeconfig and not in a cluster")?,
-    };
+    let mut kube_config = crate::config::kube_config(config.kubeconfig.as_deref()).await?;
     // Which replica made a request, in the apiserver's audit log (client-go's agent names the binary).
     let agent = format!(
         "rekindle/{} ({})",

@@ -258,6 +258,16 @@ pub struct Owed {
     pub also_current: Option<String>,
 }
 
+impl Owed {
+    /// The whole object's hash: what every key counts for, and the fallback that misses nothing.
+    pub fn whole(full: &str) -> Self {
+        Self {
+            write: full.to_string(),
+            also_current: None,
+        }
+    }
+}
+
 /// The marker owed for a resource whose whole-object hash is `full`, to a workload that reads the
 /// keys `read` of it (`None`: every key counts). `None` when it reads some keys only and `digests` are
 /// not of the current content (the caller reads the object).
@@ -274,10 +284,7 @@ pub fn owed(
                 also_current: Some(full.to_string()),
             })
         }
-        None => Some(Owed {
-            write: full.to_string(),
-            also_current: None,
-        }),
+        None => Some(Owed::whole(full)),
     }
 }
 

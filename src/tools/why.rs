@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use anyhow::{anyhow, Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
+use k8s_openapi::api::core::v1::{Event, Namespace};
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
@@ -26,6 +26,8 @@ use crate::core::release::Release;
 use crate::core::rollout::Progress;
 use crate::core::window::{window_of, Windows, RELOAD_WINDOW_ANNOTATION};
 use crate::core::{ResourceKind, WorkloadKind};
+use crate::index::ResourceKey;
+use crate::watch::digests;
 
 /// `KIND/NAME` as kubectl takes it: a kind, its plural or short name, optionally with its group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,16 +136,7 @@ pub fn run_why(config: &Config, request: WhyRequest) -> Result<()> {
 }
 
 async fn client(config: &Config) -> Result<(Client, String)> {
-    let kube_config = match &config.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no kubeconfig and not in a cluster")?,
-    };
+    let kube_config = crate::config::kube_config(config.kubeconfig.as_deref()).await?;
     let namespace = kube_config.default_namespace.clone();
     Ok((Client::try_from(kube_config)?, namespace))
 }
@@ -217,31 +210,18 @@ impl Cluster {
         if let Some(cached) = self.resources.get(&key) {
             return Ok(cached.clone());
         }
-        let keys = &self.cfg.policy.keys;
         let read = match r.kind {
-            ResourceKind::ConfigMap => Api::<ConfigMap>::namespaced(self.client.clone(), ns)
-                .get_opt(&r.name)
-                .await?
-                .map(|cm| {
-                    let d = KeyDigests::of_configmap(&cm);
-                    Resource {
-                        hash: d.of.to_string(),
-                        flags: ResourceFlags::from_annotations(keys, cm.annotations()),
-                        digests: Some(d),
-                    }
-                }),
-            ResourceKind::Secret => Api::<Secret>::namespaced(self.client.clone(), ns)
-                .get_opt(&r.name)
-                .await?
-                .map(|s| {
-                    let d = KeyDigests::of_secret(&s);
-                    Resource {
-                        hash: d.of.to_string(),
-                        flags: ResourceFlags::from_annotations(keys, s.annotations()),
-                        digests: Some(d),
-                    }
-                }),
             ResourceKind::SecretProviderClass => self.class(ns, &r.name).await?,
+            _ => digests::read(&self.client, &ResourceKey::new(r.kind, ns, &r.name))
+                .await?
+                .map(|read| Resource {
+                    hash: read.digests.of.to_string(),
+                    flags: ResourceFlags::from_annotations(
+                        &self.cfg.policy.keys,
+                        &read.annotations,
+                    ),
+                    digests: Some(read.digests),
+                }),
         };
         self.resources.insert(key, read.clone());
         Ok(read)

@@ -156,10 +156,7 @@ impl Writer {
         let (skeleton, _) = self.index.skeleton(peer)?;
         let digests = self.index.key_digests(rk);
         let owed = plan::owed(&self.plan, &skeleton, peer.kind, r, hash, digests.as_ref())
-            .unwrap_or_else(|| Owed {
-                write: hash.to_string(),
-                also_current: None,
-            });
+            .unwrap_or_else(|| Owed::whole(hash));
         Some((skeleton, owed))
     }
 

@@ -151,10 +151,7 @@ impl Writer {
             };
             let owed = match event {
                 Event::Update => self.owed(key, &planned.working, r, &rk, &hash).await,
-                _ => Owed {
-                    write: String::new(),
-                    also_current: None,
-                },
+                _ => Owed::whole(""),
             };
             let change = Change {
                 kind: r.kind,
@@ -206,10 +203,7 @@ impl Writer {
         rk: &ResourceKey,
         full: &str,
     ) -> Owed {
-        let whole = || Owed {
-            write: full.to_string(),
-            also_current: None,
-        };
+        let whole = || Owed::whole(full);
         let Some(read) = plan::keys_read(&self.plan, obj, key.kind, r) else {
             return whole();
         };
@@ -217,7 +211,7 @@ impl Writer {
             return owed;
         }
         match digests::read(&self.client, rk).await {
-            Ok(Some(digests)) => {
+            Ok(Some(digests::Read { digests, .. })) => {
                 let owed = keys::owed(Some(&read), &digests.of.clone(), Some(&digests));
                 self.index.fill_keys(rk, digests);
                 owed.unwrap_or_else(whole)
