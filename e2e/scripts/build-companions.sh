@@ -4,10 +4,12 @@
 # controller, cert-manager, the Secrets Store CSI driver. Also fetches the CRDs the tests install from the
 # same modules.
 #
-# Usage: build-companions.sh [all|prometheus|rollouts|cert-manager|csi|csi-crds|openshift-crds]. Prints
+# Usage: build-companions.sh [all|prometheus|rollouts|cert-manager|csi|csi-crds|openshift-crds|reloader]. Prints
 # the bin directory on the last line (csi and csi-crds: the CSI driver's own directory, whose crds/
 # csi-crds fills without building anything; openshift-crds: the directory of the DeploymentConfig CRD
-# generated from github.com/openshift/api). Environment: PROMETHEUS_VERSION (v0.316.0), ROLLOUTS_VERSION
+# generated from github.com/openshift/api; reloader: the path of the Reloader binary, which only the
+# S10 benchmark runs, never `all`). Environment: RELOADER_VERSION (v1.4.21), RELOADER_SRC (a git clone of
+# github.com/stakater/Reloader, used when the module proxy does not serve that version), PROMETHEUS_VERSION (v0.316.0), ROLLOUTS_VERSION
 # (v1.10.1), PROM_OPERATOR_VERSION (v0.85.0), CERT_MANAGER_VERSION (v1.21.2), CSI_DRIVER_VERSION
 # (v1.6.0), OPENSHIFT_API_VERSION (a pseudo-version, below), REKINDLE_E2E_CACHE (~/.cache/rekindle-e2e).
 set -euo pipefail
@@ -19,6 +21,10 @@ CERT_MANAGER_VERSION="${CERT_MANAGER_VERSION:-v1.21.2}"
 CSI_DRIVER_VERSION="${CSI_DRIVER_VERSION:-v1.6.0}"
 # github.com/openshift/api has no semver tags: a commit of its master branch (2025-10-15).
 OPENSHIFT_API_VERSION="${OPENSHIFT_API_VERSION:-v0.0.0-20251015095338-264e80a2b6e7}"
+RELOADER_VERSION="${RELOADER_VERSION:-v1.4.21}"
+# The one openshift/api version served that Reloader's openshift/client-go accepts (the one Reloader pins is
+# not served).
+RELOADER_OPENSHIFT_API="${RELOADER_OPENSHIFT_API:-v0.0.0-20260326111139-30c2ef7a272e}"
 # The kubelet's plugin-registration API, at the Kubernetes libraries' version the driver pins.
 KUBELET_API_VERSION="${KUBELET_API_VERSION:-v0.30.1}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -167,6 +173,33 @@ openshift_crds() {
   fi
 }
 
+# Stakater Reloader at a released tag, for the side-by-side benchmark (S10): from the module proxy when it
+# serves that version, else from the tag in RELOADER_SRC. One replace: the openshift/api pseudo-version
+# it pins is not served.
+RELOADER_BIN="$CACHE/companions/bin-reloader-$RELOADER_VERSION"
+build_reloader() {
+  local dir="$WORK/reloader-$RELOADER_VERSION" mod
+  if [ -x "$RELOADER_BIN/reloader" ]; then echo "$RELOADER_BIN/reloader"; return 0; fi
+  mkdir -p "$RELOADER_BIN"
+  if [ ! -f "$dir/go.mod" ]; then
+    rm -rf "$dir" && mkdir -p "$dir"
+    if mod="$(module_dir "github.com/stakater/Reloader@$RELOADER_VERSION" 2>/dev/null)" && [ -n "$mod" ]; then
+      cp -r "$mod"/. "$dir" && chmod -R u+w "$dir"
+    elif [ -n "${RELOADER_SRC:-}" ]; then
+      git -C "$RELOADER_SRC" archive "$RELOADER_VERSION" | tar -x -C "$dir"
+    else
+      rm -rf "$dir"
+      log "the module proxy does not serve github.com/stakater/Reloader@$RELOADER_VERSION: set RELOADER_SRC to a git clone of it"
+      exit 1
+    fi
+    (cd "$dir" && go mod edit -replace="github.com/openshift/api=github.com/openshift/api@$RELOADER_OPENSHIFT_API")
+  fi
+  log "building Stakater Reloader $RELOADER_VERSION"
+  (cd "$dir" && go mod tidy >&2 && go build -trimpath -ldflags "-s -w" -o "$RELOADER_BIN/reloader.tmp" .)
+  mv "$RELOADER_BIN/reloader.tmp" "$RELOADER_BIN/reloader"
+  echo "$RELOADER_BIN/reloader"
+}
+
 what="${1:-all}"
 case "$what" in
   all) build_prometheus; build_rollouts; build_cert_manager; build_csi; openshift_crds ;;
@@ -176,6 +209,7 @@ case "$what" in
   csi) build_csi; echo "$CSI_BIN"; exit 0 ;;
   csi-crds) csi_crds; echo "$CSI_BIN"; exit 0 ;;
   openshift-crds) openshift_crds; echo "$OPENSHIFT_CRDS"; exit 0 ;;
-  *) echo "usage: $0 [all|prometheus|rollouts|cert-manager|csi|csi-crds|openshift-crds]" >&2; exit 2 ;;
+  reloader) build_reloader; exit 0 ;;
+  *) echo "usage: $0 [all|prometheus|rollouts|cert-manager|csi|csi-crds|openshift-crds|reloader]" >&2; exit 2 ;;
 esac
 echo "$BIN"

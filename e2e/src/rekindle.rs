@@ -441,17 +441,7 @@ impl Rekindle {
 
     /// The process's resident set size in bytes (from /proc).
     pub fn rss_bytes(&self) -> Option<u64> {
-        let pid = self.child.as_ref()?.id()?;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))?
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()?;
-        Some(kb * 1024)
+        proc_rss_bytes(self.pid()?)
     }
 
     /// SIGTERM and wait; the process must exit 0.
@@ -487,13 +477,7 @@ impl Rekindle {
 
     /// CPU time (user + system) the process has used so far, from /proc.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;
-        // Fields after the command name (which may contain spaces) start after the last ')'.
-        let rest = stat.rsplit_once(')')?.1;
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: f64 =
-            fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-        Some(ticks / 100.0)
+        proc_cpu_seconds(self.pid()?)
     }
 
     /// Sends a signal (`STOP`, `CONT`, ...) to the running process.
@@ -549,4 +533,28 @@ fn help_of(binary: &std::path::Path) -> String {
                 .unwrap_or_default()
         })
         .clone()
+}
+
+/// A process's resident set size in bytes (from /proc).
+pub fn proc_rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// CPU time (user + system) a process has used so far, from /proc.
+pub fn proc_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }

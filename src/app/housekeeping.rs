@@ -72,7 +72,12 @@ impl Housekeeping {
 
     fn catch_up_all(&self) {
         if let Some(catch_up) = &self.catch_up {
-            catch_up.all();
+            let started = std::time::Instant::now();
+            if catch_up.all() {
+                self.metrics
+                    .consistency_pass_duration
+                    .observe(started.elapsed().as_secs_f64());
+            }
         }
     }
 
@@ -284,10 +289,13 @@ mod tests {
         );
         catch_up.kinds_listed(&[ResourceKind::ConfigMap]);
         catch_up.workload_listed(&stale);
-        catch_up.all();
+        assert!(
+            !catch_up.all(),
+            "a replica that does not lead compares nothing"
+        );
         assert_eq!(queue.depth(), 0);
         lead.send(Some(crate::reload::lease::forever())).unwrap();
-        catch_up.all();
+        assert!(catch_up.all());
         assert_eq!(queue.next().await.0, stale);
     }
 }

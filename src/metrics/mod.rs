@@ -294,6 +294,7 @@ pub struct Metrics {
     pub reload_halts: Counter,
     pub pod_evictions: Family<ResultLabels, Counter>,
     pub pod_restarts_in_progress: Gauge,
+    pub consistency_pass_duration: Histogram,
     pub ready: Gauge,
     pub tls_cert_not_after: Gauge,
     pub reconcile: Family<ResultLabels, Counter>,
@@ -361,6 +362,9 @@ impl Metrics {
             reload_halts: Counter::default(),
             pod_evictions: Family::default(),
             pod_restarts_in_progress: Gauge::default(),
+            consistency_pass_duration: Histogram::new([
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
             ready: Gauge::default(),
             tls_cert_not_after: Gauge::default(),
             reconcile: Family::default(),
@@ -416,6 +420,7 @@ impl Metrics {
             "rekindle_reload_halts", "Changes halted because a rollout rekindle started for them failed (rekindle.io/reload-halted written)" => m.reload_halts;
             "rekindle_pod_evictions", "Pod evictions of pod-restart walks, by result (evicted, disruption_budget: refused by a PodDisruptionBudget, error)" => m.pod_evictions;
             "rekindle_pod_restarts_in_progress", "Workloads whose pods are being restarted by eviction (rekindle.io/restart: pods)" => m.pod_restarts_in_progress;
+            "rekindle_consistency_pass_duration_seconds", "Time to compare every indexed workload's markers with the current hashes (the consistency pass, and the catch-up on becoming leader), on the leader" => m.consistency_pass_duration;
             "rekindle_ready", "1 when every watch has synced" => m.ready;
             "rekindle_tls_cert_not_after_timestamp_seconds", "Expiry of the webhook certificate being served" => m.tls_cert_not_after;
             "reloader_reconcile", "Resource changes handled (dependents looked up in the index and queued), by result" => m.reconcile;

@@ -89,15 +89,18 @@ impl CatchUp {
     }
 
     /// The catch-up of all kinds, less what was caught up during the first sync (the first call only);
-    /// after it, every kind counts as listed. Does nothing on a replica that does not lead.
-    pub fn all(&self) {
+    /// after it, every kind counts as listed. Does nothing on a replica that does not lead; true if
+    /// it compared.
+    pub fn all(&self) -> bool {
         let mut state = self.lock();
         state.listed = ResourceKind::ALL.to_vec();
         let early = state.early.take().unwrap_or_default();
-        if self.leadership.is_leader() {
-            let stale = self.index.stale_markers(&ResourceKind::ALL);
-            self.push_stale(stale, Some(&early));
+        if !self.leadership.is_leader() {
+            return false;
         }
+        let stale = self.index.stale_markers(&ResourceKind::ALL);
+        self.push_stale(stale, Some(&early));
+        true
     }
 
     /// Queues the stale (workload, resource) pairs, less `skip`; returns the workloads queued.

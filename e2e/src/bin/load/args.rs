@@ -44,6 +44,8 @@ pub enum Part {
     Csi,
     /// Pod-restart walks: time and requests per pod replaced.
     Restarts,
+    /// A cluster grown to 100,000 Deployments, rekindle and Stakater Reloader side by side.
+    S10,
 }
 
 impl Part {
@@ -56,6 +58,7 @@ impl Part {
             Part::S9 => "s9",
             Part::Csi => "csi",
             Part::Restarts => "restarts",
+            Part::S10 => "s10",
         }
     }
 }
@@ -127,6 +130,37 @@ pub struct Sizes {
     /// `--only restarts`: pods of each.
     #[arg(long, env = "REKINDLE_BENCH_RESTART_PODS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     pub restart_pods: u64,
+    /// S10: the sizes the cluster grows through, in Deployments (2.5 ConfigMaps and Secrets each).
+    #[arg(
+        long,
+        env = "REKINDLE_BENCH_S10_WORKLOADS",
+        value_delimiter = ',',
+        default_value = "10000,30000,100000",
+        value_parser = clap::value_parser!(usize)
+    )]
+    pub s10_workloads: Vec<usize>,
+    /// S10: namespaces the objects are spread over (the first Deployment of each is a probe).
+    #[arg(long, env = "REKINDLE_BENCH_S10_NAMESPACES", default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(3..))]
+    pub s10_namespaces: usize,
+    /// S10: changes per paced round.
+    #[arg(long, env = "REKINDLE_BENCH_S10_CHANGES", default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub s10_changes: usize,
+    /// S10: changes per second.
+    #[arg(long, env = "REKINDLE_BENCH_S10_RATE", default_value_t = 10.0)]
+    pub s10_rate: f64,
+    /// S10: rekindle's `--consistency-interval` (so that its periodic pass is measured while it runs).
+    #[arg(
+        long,
+        env = "REKINDLE_BENCH_S10_CONSISTENCY_INTERVAL",
+        default_value = "60s"
+    )]
+    pub s10_consistency_interval: String,
+    /// S10: the Reloader binary (default: built by `e2e/scripts/build-companions.sh reloader`).
+    #[arg(long, env = "REKINDLE_BENCH_S10_RELOADER", value_parser = existing_file)]
+    pub s10_reloader: Option<PathBuf>,
+    /// S10: leave the objects in their namespaces (a later run reuses them).
+    #[arg(long, env = "REKINDLE_BENCH_S10_KEEP", default_value_t = false, action = clap::ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub s10_keep: bool,
 }
 
 impl Args {
@@ -169,5 +203,13 @@ mod tests {
         assert!(Args::try_parse_from(["load", "--s8-rounds", "three"]).is_err());
         assert!(Args::try_parse_from(["load", "--csi-statuses", "0"]).is_err());
         assert!(Args::try_parse_from(["load", "--vs", "/no/such/binary"]).is_err());
+        let args =
+            Args::try_parse_from(["load", "--only", "s10", "--s10-workloads", "500,1000"]).unwrap();
+        assert_eq!(args.only, Some(Part::S10));
+        assert_eq!(args.sizes.s10_workloads, [500, 1000]);
+        assert_eq!(args.sizes.s10_namespaces, 1000);
+        assert!(Args::try_parse_from(["load", "--s10-namespaces", "2"]).is_err());
+        assert!(Args::try_parse_from(["load", "--s10-changes", "0"]).is_err());
+        assert!(Args::try_parse_from(["load", "--s10-reloader", "/no/such/binary"]).is_err());
     }
 }

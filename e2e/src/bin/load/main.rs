@@ -11,7 +11,8 @@
 //! in rounds (REKINDLE_BENCH_S5_ROUNDS, 3), taking turns with the `--vs` binary if one is given
 //! (bench/results/s5.*). `--only csi` measures SecretProviderClassPodStatus objects (bench/results/csi.*,
 //! REKINDLE_BENCH_CSI_STATUSES, 10000). `--only restarts` times pod-restart walks and counts their
-//! requests per pod (bench/results/restarts.*).
+//! requests per pod (bench/results/restarts.*). `--only s10` grows one cluster to 100,000 Deployments
+//! and runs rekindle and Stakater Reloader side by side at each size (bench/results/s10.*).
 //!
 //! Sizes and output: `load --help` (`args.rs`); each flag is also read from its `REKINDLE_BENCH_*`
 //! variable, which is how `just bench` passes them. One module per scenario (`s1.rs` … `s7.rs`,
@@ -28,6 +29,7 @@ mod report;
 mod restarts;
 mod results;
 mod s1;
+mod s10;
 mod s2;
 mod s3;
 mod s4;
@@ -125,6 +127,7 @@ async fn main() -> Result<()> {
             println!("{}", serde_json::to_string_pretty(&report)?);
             return Ok(());
         }
+        Some(Part::S10) => return s10::run(&client, &args).await,
         Some(Part::Restarts) => {
             let report = restarts::run(&client, &args).await?;
             println!("{}", serde_json::to_string_pretty(&report)?);

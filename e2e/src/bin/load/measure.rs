@@ -137,7 +137,12 @@ pub async fn handler_histogram(rk: &Rekindle) -> Result<Histogram> {
     ))
 }
 
-pub async fn request_counts(client: &Client) -> Result<BTreeMap<String, f64>> {
+/// `apiserver_request_total` by "VERB resource", for the (verb, resource) pairs `keep` passes
+/// (subresources left out).
+pub async fn request_counts(
+    client: &Client,
+    keep: impl Fn(&str, &str) -> bool,
+) -> Result<BTreeMap<String, f64>> {
     let text = client
         .request_text(http::Request::get("/metrics").body(Vec::new())?)
         .await?;
@@ -155,16 +160,12 @@ pub async fn request_counts(client: &Client) -> Result<BTreeMap<String, f64>> {
                 .unwrap_or("")
                 .to_string()
         };
-        let resource = get("resource");
-        if !matches!(
-            resource.as_str(),
-            "deployments" | "configmaps" | "statefulsets" | "daemonsets"
-        ) || !get("subresource").is_empty()
-        {
+        let (verb, resource) = (get("verb"), get("resource"));
+        if !keep(&verb, &resource) || !get("subresource").is_empty() {
             continue;
         }
-        *out.entry(format!("{} {}", get("verb"), resource))
-            .or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+        *out.entry(format!("{verb} {resource}")).or_insert(0.0) +=
+            value.parse::<f64>().unwrap_or(0.0);
     }
     Ok(out)
 }
@@ -191,4 +192,12 @@ pub async fn apiserver_cost(client: &Client) -> Result<(f64, f64)> {
         .map(value)
         .sum();
     Ok((cpu, bytes))
+}
+
+/// The workload and ConfigMap requests S3 and S8 count.
+pub fn workloads_and_configmaps(_verb: &str, resource: &str) -> bool {
+    matches!(
+        resource,
+        "deployments" | "configmaps" | "statefulsets" | "daemonsets"
+    )
 }

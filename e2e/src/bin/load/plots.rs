@@ -154,3 +154,57 @@ pub fn memory(path: &Path, points: &[(f64, f64, f64)]) -> Result<()> {
     root.present().map_err(err)?;
     Ok(())
 }
+
+/// Curves against cluster size: one line with points per series.
+pub fn curves(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[(&str, Vec<(f64, f64)>)],
+) -> Result<()> {
+    font()?;
+    let points = || series.iter().flat_map(|(_, v)| v.iter().copied());
+    let max_x = points().map(|p| p.0).fold(1.0_f64, f64::max) * 1.05;
+    let max_y = points().map(|p| p.1).fold(1.0_f64, f64::max) * 1.15;
+    let root = BitMapBackend::new(path, (900, 540)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.0_f64..max_x, 0.0_f64..max_y)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(err)?;
+    let colors = [BLUE, RED, BLACK, GREEN, MAGENTA];
+    for (i, (name, data)) in series.iter().enumerate() {
+        let color = colors[i % colors.len()];
+        chart
+            .draw_series(LineSeries::new(data.clone(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(name.to_string())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(data.iter().map(|p| Circle::new(*p, 4, color.filled())))
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}

@@ -1,7 +1,7 @@
 //! S3: the API requests one change costs among many workloads (a needle in a haystack).
 
 use crate::cluster::{create_pairs, quiesce, seen, start_rekindle, template_watch};
-use crate::measure::{apiserver_cost, request_counts};
+use crate::measure::{apiserver_cost, request_counts, workloads_and_configmaps};
 use crate::results::S3;
 use anyhow::{Context, Result};
 use e2e::TestNamespace;
@@ -24,7 +24,7 @@ pub async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> R
     quiesce(client, &ns.name).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     while rx.try_recv().is_ok() {}
-    let before = request_counts(client).await?;
+    let before = request_counts(client, workloads_and_configmaps).await?;
     let cost_before = apiserver_cost(client).await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     let target = workloads / 2;
@@ -42,7 +42,7 @@ pub async fn s3(client: &Client, workloads: usize, binary: Option<PathBuf>) -> R
         .await
         .context("the needle was not reloaded")?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = request_counts(client).await?;
+    let after = request_counts(client, workloads_and_configmaps).await?;
     let cost_after = apiserver_cost(client).await?;
     let delta: BTreeMap<String, f64> = after
         .iter()

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::args::Sizes;
 use crate::cluster::{create_many, create_pairs, quiesce, seen, template_watch};
-use crate::measure::{mib, percentile, request_counts, summary};
+use crate::measure::{mib, percentile, request_counts, summary, workloads_and_configmaps};
 use crate::results::{Paced, Pair, WriterCost, S3, S8, S9};
 
 /// Who applies the change: rekindle (with its debounce flag, None = default) or the bench itself.
@@ -88,7 +88,7 @@ async fn paced(client: &Client, who: Who, rate: f64, updates: usize, busy: bool)
             n
         })
     });
-    let before = request_counts(client).await?;
+    let before = request_counts(client, workloads_and_configmaps).await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     let interval = Duration::from_secs_f64(1.0 / rate);
     let start = Instant::now();
@@ -130,7 +130,7 @@ async fn paced(client: &Client, who: Who, rate: f64, updates: usize, busy: bool)
         }
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let after = request_counts(client).await?;
+    let after = request_counts(client, workloads_and_configmaps).await?;
     stop.cancel();
     let busy_patches = match busy_writer {
         Some(t) => Some(t.await?),

@@ -1,0 +1,868 @@
+//! S10 (`--only s10`): one cluster grown to 100,000 Deployments and 250,000 ConfigMaps and Secrets over
+//! 1,000 namespaces, rekindle and Stakater Reloader taking turns on the same objects at each size:
+//! start-up, memory, reload latency at a fixed pace against the bare client of the same round, the
+//! apiserver requests and controller CPU per change, and the periodic work.
+//!
+//! Each Deployment `d-i` (paused: the control plane makes no ReplicaSets or Pods, so what is measured is
+//! the controllers) lives in namespace `bench-s10-(i mod namespaces)`, reads ConfigMap `cm-i` through
+//! `envFrom`, and carries the marker of the current hash as both controllers write it (so neither owes
+//! a reload at start). Beside it: Secret `s-i`, unreferenced; every fourth Deployment also reads Secret
+//! `sr-i`, and every fourth (offset by two) has an unreferenced ConfigMap `cu-i` — 2.5 objects of 1 KiB
+//! per Deployment, half of them referenced. The first Deployment of each namespace is a probe
+//! (label `s10-probe`): the paced changes go to their ConfigMaps, one namespace after another, and a
+//! watch of the probes alone times the new templates.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use e2e::rekindle::{http_get, Options, Rekindle};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, Namespace, Secret};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::{Api, Client, ResourceExt};
+use rekindle::core::envname::env_var_name;
+use rekindle::core::hash::{configmap_hash_typed, secret_hash_typed};
+use rekindle::core::ResourceKind;
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::args::Args;
+use crate::cluster::{quiesce, settle};
+use crate::measure::{mib, request_counts, summary};
+use crate::results::Latency;
+
+const PROBE_LABEL: &str = "s10-probe";
+/// The bare client's mark on a probe's template.
+const BARE_ANNOTATION: &str = "bench.rekindle.io/bare";
+
+#[derive(Serialize, Clone, Debug)]
+pub struct S10Report {
+    pub kubernetes: String,
+    pub namespaces: usize,
+    pub changes_per_round: usize,
+    pub rate_per_s: f64,
+    pub reloader: String,
+    pub sizes: Vec<S10Size>,
+}
+
+#[derive(Serialize, Clone, Debug)]
+pub struct S10Size {
+    pub workloads: usize,
+    pub resources: usize,
+    /// Seconds the objects of this size took to create, and the control plane to settle after.
+    pub created_s: f64,
+    pub settled_s: f64,
+    pub bare_client: Paced,
+    /// In the order they ran.
+    pub controllers: Vec<S10Run>,
+}
+
+/// One controller at one size.
+#[derive(Serialize, Clone, Debug)]
+pub struct S10Run {
+    pub controller: &'static str,
+    /// rekindle: process start to `/ready` answering 200. Reloader (no readiness endpoint): process
+    /// start to its first reload of a probe whose ConfigMap is changed every 250 ms from the start.
+    pub ready_s: Option<f64>,
+    /// A change made right after the process started: reloaded this long after start (`None`: not
+    /// within a minute of ready).
+    pub change_at_start_reloaded_s: Option<f64>,
+    pub cpu_to_ready_s: Option<f64>,
+    pub rss_after_sync_bytes: u64,
+    /// CPU seconds over 30 idle seconds after sync.
+    pub idle_cpu_per_30s: Option<f64>,
+    pub paced: Paced,
+    pub rss_after_changes_bytes: u64,
+    /// rekindle's consistency passes while it ran (`rekindle_consistency_pass_duration_seconds`).
+    pub consistency_passes: Option<f64>,
+    pub consistency_pass_mean_s: Option<f64>,
+}
+
+/// A paced round: `changes` at `rate_per_s`, each timed to the new template in a watch.
+#[derive(Serialize, Clone, Debug)]
+pub struct Paced {
+    pub latency: Latency,
+    pub missed: usize,
+    /// p50 and p99 over the bare client's of the same size.
+    pub p50_ratio: Option<f64>,
+    pub p99_ratio: Option<f64>,
+    /// apiserver requests per change, by verb and resource (`apiserver_request_total`), less the
+    /// bench's own ConfigMap PATCH.
+    pub requests_per_change: BTreeMap<String, f64>,
+    pub controller_cpu_per_change_ms: Option<f64>,
+}
+
+/// `--only s10`: bench/results/s10.{json,md} and s10_*.png.
+pub async fn run(client: &Client, args: &Args) -> Result<()> {
+    let sizes = &args.sizes;
+    let namespaces = sizes.s10_namespaces;
+    let reloader = match &sizes.s10_reloader {
+        Some(p) => p.clone(),
+        None => build_reloader()?,
+    };
+    let reloader_kubeconfig = reloader_identity(client).await?;
+    let mut steps = sizes.s10_workloads.clone();
+    steps.sort_unstable();
+    quiesce(client, "").await?;
+    create_namespaces(client, namespaces).await?;
+    let mut report = S10Report {
+        kubernetes: client.apiserver_version().await?.git_version,
+        namespaces,
+        changes_per_round: sizes.s10_changes,
+        rate_per_s: sizes.s10_rate,
+        reloader: reloader.display().to_string(),
+        sizes: Vec::new(),
+    };
+    let dir = args.results_dir()?;
+    let mut have = 0;
+    // Numbers every round's values: a value written twice would change nothing.
+    let mut round = 0usize;
+    for (turn, &n) in steps.iter().enumerate() {
+        eprintln!("S10: growing to {n} Deployments …");
+        let created = Instant::now();
+        create_objects(client, namespaces, have..n).await?;
+        have = n;
+        let created_s = created.elapsed().as_secs_f64();
+        let settled_s = settle(client).await?;
+        eprintln!(
+            "S10 at {n}: created in {created_s:.0} s, settled in {settled_s:.0} s; bare client …"
+        );
+        let bare = paced(client, sizes, namespaces, None, &mut round).await?;
+        let mut controllers = Vec::new();
+        // Taking turns: rekindle first at even sizes, Reloader first at odd ones.
+        let order = if turn % 2 == 0 {
+            [Controller::Rekindle, Controller::Reloader]
+        } else {
+            [Controller::Reloader, Controller::Rekindle]
+        };
+        for who in order {
+            settle(client).await?;
+            eprintln!("S10 at {n}: {} …", who.name());
+            let mut run = match who {
+                Controller::Rekindle => rekindle_run(client, sizes, namespaces, &mut round).await?,
+                Controller::Reloader => {
+                    reloader_run(
+                        client,
+                        sizes,
+                        namespaces,
+                        &reloader,
+                        &reloader_kubeconfig,
+                        &mut round,
+                    )
+                    .await?
+                }
+            };
+            run.paced.p50_ratio = Some(run.paced.latency.p50_ms / bare.latency.p50_ms);
+            run.paced.p99_ratio = Some(run.paced.latency.p99_ms / bare.latency.p99_ms);
+            controllers.push(run);
+        }
+        report.sizes.push(S10Size {
+            workloads: n,
+            resources: resources_of(n),
+            created_s,
+            settled_s,
+            bare_client: bare,
+            controllers,
+        });
+        // Written after every size: a later size that fails keeps the earlier ones.
+        write_report(&dir, &report)?;
+    }
+    if sizes.s10_keep {
+        eprintln!("S10: objects kept in bench-s10-*");
+    } else {
+        delete_namespaces(client, namespaces).await?;
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+enum Controller {
+    Rekindle,
+    Reloader,
+}
+
+impl Controller {
+    fn name(self) -> &'static str {
+        match self {
+            Controller::Rekindle => "rekindle",
+            Controller::Reloader => "Reloader",
+        }
+    }
+}
+
+fn ns_of(i: usize, namespaces: usize) -> String {
+    format!("bench-s10-{}", i % namespaces)
+}
+
+/// ConfigMaps and Secrets for `n` Deployments: 2.5 each.
+fn resources_of(n: usize) -> usize {
+    2 * n + n.div_ceil(4) + n.saturating_sub(2).div_ceil(4)
+}
+
+async fn create_namespaces(client: &Client, namespaces: usize) -> Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    for i in 0..namespaces {
+        let ns: Namespace = serde_json::from_value(
+            json!({"metadata": {"name": format!("bench-s10-{i}"), "labels": {"bench.rekindle.io/s10": "true"}}}),
+        )?;
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+async fn delete_namespaces(client: &Client, namespaces: usize) -> Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    for i in 0..namespaces {
+        let _ = api
+            .delete(&format!("bench-s10-{i}"), &DeleteParams::background())
+            .await;
+    }
+    Ok(())
+}
+
+/// The objects of Deployments `range` (see the module's comment), 32 Deployments at a time.
+async fn create_objects(
+    client: &Client,
+    namespaces: usize,
+    range: std::ops::Range<usize>,
+) -> Result<()> {
+    let blob = "x".repeat(1024);
+    let pp = PostParams::default();
+    let results = futures::stream::iter(range)
+        .map(|i| {
+            let (client, blob, pp) = (client.clone(), blob.clone(), pp.clone());
+            async move {
+                let ns = ns_of(i, namespaces);
+                let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+                let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+                let ds: Api<Deployment> = Api::namespaced(client, &ns);
+                let cm: ConfigMap = serde_json::from_value(
+                    json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": blob}}),
+                )?;
+                let cm = create_or_get(&cms, &pp, &cm).await?;
+                let unread: Secret = serde_json::from_value(
+                    json!({"metadata": {"name": format!("s-{i}")}, "stringData": {"v": blob}}),
+                )?;
+                create_or_get(&secrets, &pp, &unread).await?;
+                if i % 4 == 2 {
+                    let unread: ConfigMap = serde_json::from_value(
+                        json!({"metadata": {"name": format!("cu-{i}")}, "data": {"v": blob}}),
+                    )?;
+                    create_or_get(&cms, &pp, &unread).await?;
+                }
+                let mut markers = vec![EnvVar {
+                    name: env_var_name(&format!("cm-{i}"), ResourceKind::ConfigMap),
+                    value: Some(configmap_hash_typed(&cm)),
+                    ..Default::default()
+                }];
+                let mut env_from = vec![json!({"configMapRef": {"name": format!("cm-{i}")}})];
+                if i % 4 == 0 {
+                    let read: Secret = serde_json::from_value(
+                        json!({"metadata": {"name": format!("sr-{i}")}, "stringData": {"v": blob}}),
+                    )?;
+                    let read = create_or_get(&secrets, &pp, &read).await?;
+                    markers.push(EnvVar {
+                        name: env_var_name(&format!("sr-{i}"), ResourceKind::Secret),
+                        value: Some(secret_hash_typed(&read)),
+                        ..Default::default()
+                    });
+                    env_from.push(json!({"secretRef": {"name": format!("sr-{i}")}}));
+                }
+                let name = format!("d-{i}");
+                let probe = i < namespaces;
+                let labels = if probe {
+                    json!({"app": name, PROBE_LABEL: "true"})
+                } else {
+                    json!({"app": name})
+                };
+                let d: Deployment = serde_json::from_value(json!({
+                    "metadata": {"name": name, "labels": labels,
+                        "annotations": {"reloader.stakater.com/auto": "true"}},
+                    "spec": {"replicas": 1, "paused": true, "selector": {"matchLabels": {"app": name}},
+                        "template": {"metadata": {"labels": {"app": name}},
+                            "spec": {"containers": [{"name": "app", "image": "busybox",
+                                "envFrom": env_from, "env": markers}]}}}
+                }))?;
+                create_or_get(&ds, &pp, &d).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    results.into_iter().collect::<Result<Vec<_>>>()?;
+    Ok(())
+}
+
+/// Creates `obj`, or reads it if a run before this one left it (a grown cluster can be reused).
+async fn create_or_get<K>(api: &Api<K>, pp: &PostParams, obj: &K) -> Result<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    match api.create(pp, obj).await {
+        Ok(o) => Ok(o),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(api.get(&obj.name_any()).await?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The kubeconfig of user `reloader`, bound to `cluster-admin` (Reloader's chart grants less; what is
+/// measured here is the controller, not its RBAC).
+async fn reloader_identity(client: &Client) -> Result<PathBuf> {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    let kubeconfig = e2e::user_kubeconfig("reloader", "s10")?;
+    let api: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "bench-s10-reloader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "reloader"}]
+    }))?;
+    api.patch(
+        "bench-s10-reloader",
+        &PatchParams::apply("rekindle-bench").force(),
+        &Patch::Apply(&binding),
+    )
+    .await?;
+    Ok(kubeconfig)
+}
+
+/// Reloader built from its module at the released tag (`build-companions.sh reloader`).
+fn build_reloader() -> Result<PathBuf> {
+    let script = e2e::root().join("e2e/scripts/build-companions.sh");
+    let out = std::process::Command::new(&script)
+        .arg("reloader")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running build-companions.sh reloader")?;
+    if !out.status.success() {
+        bail!("build-companions.sh reloader failed (--s10-reloader names a binary instead)");
+    }
+    let path = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    Ok(PathBuf::from(path))
+}
+
+/// A watch of the probes in every namespace: (name, the marks a change can leave, arrival).
+type Marks = UnboundedReceiver<(String, Vec<String>, Instant)>;
+
+fn probe_watch(client: &Client) -> Marks {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let api: Api<Deployment> = Api::all(client.clone());
+    let config = watcher::Config::default().labels(PROBE_LABEL);
+    tokio::spawn(async move {
+        let mut stream = watcher(api, config).boxed();
+        while let Some(event) = stream.next().await {
+            let Ok(Event::Apply(d) | Event::InitApply(d)) = event else {
+                continue;
+            };
+            let v = serde_json::to_value(&d).unwrap_or_default();
+            let mut marks: Vec<String> = v
+                .pointer("/spec/template/spec/containers/0/env")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e["value"].as_str().map(str::to_string))
+                .collect();
+            if let Some(bare) = v
+                .pointer("/spec/template/metadata/annotations")
+                .and_then(|a| a.get(BARE_ANNOTATION))
+                .and_then(Value::as_str)
+            {
+                marks.push(bare.to_string());
+            }
+            if tx.send((d.name_any(), marks, Instant::now())).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for probe `name` to carry `mark`; when it arrived.
+async fn seen(rx: &mut Marks, name: &str, mark: &str, timeout: Duration) -> Option<Instant> {
+    let wait = async {
+        while let Some((n, marks, at)) = rx.recv().await {
+            if n == name && marks.iter().any(|m| m == mark) {
+                return Some(at);
+            }
+        }
+        None
+    };
+    tokio::time::timeout(timeout, wait).await.ok().flatten()
+}
+
+/// Changes probe `k`'s ConfigMap; the hash both controllers write for it.
+async fn change(client: &Client, namespaces: usize, k: usize, value: &str) -> Result<String> {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns_of(k, namespaces));
+    let cm = cms
+        .patch(
+            &format!("cm-{k}"),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"v": value}})),
+        )
+        .await?;
+    Ok(configmap_hash_typed(&cm))
+}
+
+/// Requests a round counts: any verb and resource but watches and the control plane's own Leases and
+/// Events.
+fn counted(verb: &str, resource: &str) -> bool {
+    verb != "WATCH" && !matches!(resource, "leases" | "events" | "")
+}
+
+/// A process whose CPU the round charges per change.
+trait Cpu {
+    fn cpu(&self) -> Option<f64>;
+}
+
+/// One paced round: `s10_changes` changes at `s10_rate`/s, each to the next namespace's probe; the
+/// bare client (`controller` None) writes the probe's template itself.
+async fn paced(
+    client: &Client,
+    sizes: &crate::args::Sizes,
+    namespaces: usize,
+    controller: Option<&dyn Cpu>,
+    round: &mut usize,
+) -> Result<Paced> {
+    let mut rx = probe_watch(client);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while rx.try_recv().is_ok() {}
+    let before = request_counts(client, counted).await?;
+    let cpu_before = controller.and_then(|c| c.cpu());
+    let interval = Duration::from_secs_f64(1.0 / sizes.s10_rate);
+    let changes = sizes.s10_changes;
+    let start = Instant::now();
+    let (mut latencies, mut missed) = (Vec::new(), 0);
+    *round += 1;
+    for c in 0..changes {
+        tokio::time::sleep_until((start + interval * c as u32).into()).await;
+        // 7919 is prime: consecutive changes walk the namespaces in a scattered order.
+        let k = (c * 7919) % namespaces;
+        let name = format!("d-{k}");
+        let value = format!("r{round}-c{c}-{}", std::process::id());
+        let (mark, accepted) = match controller {
+            None => {
+                let ds: Api<Deployment> = Api::namespaced(client.clone(), &ns_of(k, namespaces));
+                let patch = json!({"spec": {"template": {"metadata": {"annotations": {BARE_ANNOTATION: value}}}}});
+                let at = Instant::now();
+                ds.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                (value, at)
+            }
+            Some(_) => (change(client, namespaces, k, &value).await?, Instant::now()),
+        };
+        match seen(&mut rx, &name, &mark, Duration::from_secs(10)).await {
+            Some(at) => {
+                latencies.push(at.saturating_duration_since(accepted).as_secs_f64() * 1000.0)
+            }
+            None => missed += 1,
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = request_counts(client, counted).await?;
+    let cpu_per_change = match (cpu_before, controller.and_then(|c| c.cpu())) {
+        (Some(a), Some(b)) => Some((b - a) / changes as f64 * 1000.0),
+        _ => None,
+    };
+    let mut requests_per_change = BTreeMap::new();
+    for (k, v) in &after {
+        let mut d = v - before.get(k).copied().unwrap_or(0.0);
+        if controller.is_some() && k == "PATCH configmaps" {
+            d -= changes as f64;
+        }
+        if controller.is_none() && k == "PATCH deployments" {
+            d -= changes as f64;
+        }
+        if d > 0.5 {
+            requests_per_change.insert(k.clone(), d / changes as f64);
+        }
+    }
+    Ok(Paced {
+        latency: summary(latencies),
+        missed,
+        p50_ratio: None,
+        p99_ratio: None,
+        requests_per_change,
+        controller_cpu_per_change_ms: cpu_per_change,
+    })
+}
+
+impl Cpu for Rekindle {
+    fn cpu(&self) -> Option<f64> {
+        self.cpu_seconds()
+    }
+}
+
+async fn rekindle_run(
+    client: &Client,
+    sizes: &crate::args::Sizes,
+    namespaces: usize,
+    round: &mut usize,
+) -> Result<S10Run> {
+    let interval = format!("--consistency-interval={}", sizes.s10_consistency_interval);
+    let args = ["--reload-debounce=0", interval.as_str()];
+    let mut rx = probe_watch(client);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while rx.try_recv().is_ok() {}
+    let started = Instant::now();
+    let rk = Rekindle::start(
+        client,
+        &["bench-s10-0"],
+        Options {
+            args: &args,
+            wait_ready: false,
+            cluster_wide: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    *round += 1;
+    let want = change(client, namespaces, 0, &format!("start-{round}")).await?;
+    let port = rk.admin_port;
+    let ready = e2e::wait_for_every(
+        "rekindle /ready",
+        Duration::from_secs(600),
+        Duration::from_millis(20),
+        || async move { Ok(matches!(http_get(port, "/ready").await, Ok((200, _))).then_some(())) },
+    )
+    .await
+    .map(|()| started.elapsed().as_secs_f64())
+    .with_context(|| format!("see {}", rk.log.display()))?;
+    let cpu_to_ready = rk.cpu_seconds();
+    let at_start = seen(&mut rx, "d-0", &want, Duration::from_secs(60))
+        .await
+        .map(|at| at.saturating_duration_since(started).as_secs_f64());
+    drop(rx);
+    let (rss_after_sync, idle) = sync_and_idle(&rk, || rk.rss_bytes()).await;
+    let paced_round = paced(client, sizes, namespaces, Some(&rk), round).await?;
+    let rss_after_changes = rk.rss_bytes().unwrap_or(0);
+    let passes = rk
+        .metric("rekindle_consistency_pass_duration_seconds_count")
+        .await
+        .ok();
+    let sum = rk
+        .metric("rekindle_consistency_pass_duration_seconds_sum")
+        .await
+        .ok();
+    rk.stop().await?;
+    Ok(S10Run {
+        controller: "rekindle",
+        ready_s: Some(ready),
+        change_at_start_reloaded_s: at_start,
+        cpu_to_ready_s: cpu_to_ready,
+        rss_after_sync_bytes: rss_after_sync,
+        idle_cpu_per_30s: idle,
+        paced: paced_round,
+        rss_after_changes_bytes: rss_after_changes,
+        consistency_passes: passes,
+        consistency_pass_mean_s: match (passes, sum) {
+            (Some(n), Some(s)) if n > 0.0 => Some(s / n),
+            _ => None,
+        },
+    })
+}
+
+/// RSS 5 s after sync, and CPU over the 30 idle seconds that follow.
+async fn sync_and_idle(cpu: &dyn Cpu, rss: impl Fn() -> Option<u64>) -> (u64, Option<f64>) {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_after_sync = rss().unwrap_or(0);
+    let before = cpu.cpu();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let idle = match (before, cpu.cpu()) {
+        (Some(a), Some(b)) => Some(b - a),
+        _ => None,
+    };
+    (rss_after_sync, idle)
+}
+
+/// Reloader as a host process under its own identity; killed and waited for on drop.
+struct Reloader {
+    child: std::process::Child,
+}
+
+impl Reloader {
+    fn start(binary: &Path, kubeconfig: &Path, log: &Path) -> Result<Self> {
+        let file = std::fs::File::create(log)?;
+        let child = std::process::Command::new(binary)
+            .env("KUBECONFIG", kubeconfig)
+            // Reloader's defaults otherwise; its metrics and health listen on :9090.
+            .args(["--log-level=info"])
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        Ok(Self { child })
+    }
+
+    fn rss_bytes(&self) -> Option<u64> {
+        e2e::rekindle::proc_rss_bytes(self.child.id())
+    }
+}
+
+impl Cpu for Reloader {
+    fn cpu(&self) -> Option<f64> {
+        e2e::rekindle::proc_cpu_seconds(self.child.id())
+    }
+}
+
+impl Drop for Reloader {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn reloader_run(
+    client: &Client,
+    sizes: &crate::args::Sizes,
+    namespaces: usize,
+    binary: &Path,
+    kubeconfig: &Path,
+    round: &mut usize,
+) -> Result<S10Run> {
+    if std::net::TcpListener::bind("0.0.0.0:9090").is_err() {
+        bail!("port 9090 is taken: Reloader listens there and cannot be told otherwise");
+    }
+    let log = e2e::state_dir().join("logs/bench-s10-reloader.log");
+    std::fs::create_dir_all(log.parent().unwrap_or(Path::new(".")))?;
+    let mut rx = probe_watch(client);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while rx.try_recv().is_ok() {}
+    let started = Instant::now();
+    let mut reloader = Reloader::start(binary, kubeconfig, &log)?;
+    *round += 1;
+    // The change made at start, to probe 2; probe 1's ConfigMap changes every 250 ms until Reloader
+    // reloads it (it has no readiness endpoint, and ignores what it lists at start).
+    let at_start_mark = change(client, namespaces, 2, &format!("start-{round}")).await?;
+    let mut marks = Vec::new();
+    let mut at_start = None;
+    let ready = loop {
+        if started.elapsed() > Duration::from_secs(600) {
+            bail!(
+                "Reloader reloaded no probe within 10 minutes; see {}",
+                log.display()
+            );
+        }
+        if let Some(status) = reloader.child.try_wait()? {
+            bail!("Reloader exited with {status}; see {}", log.display());
+        }
+        marks.push(
+            change(
+                client,
+                namespaces,
+                1,
+                &format!("probe-{round}-{}", marks.len()),
+            )
+            .await?,
+        );
+        let deadline = Instant::now() + Duration::from_millis(250);
+        let mut hit = None;
+        while let Ok(Some((name, got, at))) =
+            tokio::time::timeout_at(deadline.into(), rx.recv()).await
+        {
+            if name == "d-1" && got.iter().any(|m| marks.contains(m)) {
+                hit = Some(at);
+                break;
+            }
+            if name == "d-2" && got.contains(&at_start_mark) {
+                at_start.get_or_insert(at.saturating_duration_since(started).as_secs_f64());
+            }
+        }
+        if let Some(at) = hit {
+            break at.saturating_duration_since(started).as_secs_f64();
+        }
+    };
+    let cpu_to_ready = reloader.cpu();
+    if at_start.is_none() {
+        at_start = seen(&mut rx, "d-2", &at_start_mark, Duration::from_secs(60))
+            .await
+            .map(|at| at.saturating_duration_since(started).as_secs_f64());
+    }
+    drop(rx);
+    let (rss_after_sync, idle) = sync_and_idle(&reloader, || reloader.rss_bytes()).await;
+    let paced_round = paced(client, sizes, namespaces, Some(&reloader), round).await?;
+    let rss_after_changes = reloader.rss_bytes().unwrap_or(0);
+    drop(reloader);
+    Ok(S10Run {
+        controller: "Reloader",
+        ready_s: Some(ready),
+        change_at_start_reloaded_s: at_start,
+        cpu_to_ready_s: cpu_to_ready,
+        rss_after_sync_bytes: rss_after_sync,
+        idle_cpu_per_30s: idle,
+        paced: paced_round,
+        rss_after_changes_bytes: rss_after_changes,
+        consistency_passes: None,
+        consistency_pass_mean_s: None,
+    })
+}
+
+fn write_report(dir: &Path, report: &S10Report) -> Result<()> {
+    std::fs::write(dir.join("s10.json"), serde_json::to_string_pretty(report)?)?;
+    let md = markdown(report);
+    std::fs::write(dir.join("s10.md"), &md)?;
+    plots(dir, report)?;
+    println!("{md}");
+    Ok(())
+}
+
+fn cell(v: Option<f64>, digits: usize) -> String {
+    v.map(|v| format!("{v:.digits$}"))
+        .unwrap_or_else(|| "—".into())
+}
+
+/// Reads and writes per change: GET/LIST of any resource, and PATCH/UPDATE of workloads.
+fn reads_writes(p: &Paced) -> (f64, f64) {
+    let sum = |keep: &dyn Fn(&str, &str) -> bool| {
+        p.requests_per_change
+            .iter()
+            .filter(|(k, _)| {
+                let (verb, resource) = k.split_once(' ').unwrap_or((k, ""));
+                keep(verb, resource)
+            })
+            .map(|(_, v)| v)
+            .sum::<f64>()
+    };
+    (
+        sum(&|verb, _| matches!(verb, "GET" | "LIST")),
+        sum(&|verb, resource| {
+            matches!(verb, "PATCH" | "UPDATE" | "APPLY")
+                && !matches!(resource, "configmaps" | "secrets")
+        }),
+    )
+}
+
+fn markdown(r: &S10Report) -> String {
+    let mut md = format!(
+        "# S10 a big cluster: rekindle and Stakater Reloader side by side\n\n\
+Kubernetes {}, a shared 2-core machine (the control plane, the bench and the controller on it): read \
+medians and ratios, one run. One cluster grown size by size: N paused Deployments over {} namespaces, \
+2.5 ConfigMaps and Secrets of 1 KiB per Deployment, half of them referenced. At each size both \
+controllers run cluster-wide on the same objects, taking turns; {} changes at {}/s to probes spread \
+over the namespaces, each timed to the new template in a watch, against the bare client writing the \
+template itself in the same size's round. Reloader: `{}`. `just bench-load --only s10`.\n\n",
+        r.kubernetes, r.namespaces, r.changes_per_round, r.rate_per_s, r.reloader
+    );
+    md += "| Deployments | ConfigMaps + Secrets | controller | ready s | change at start reloaded s | CPU to ready s | RSS after sync MiB | RSS after changes MiB | idle CPU s / 30 s | p50 ms | p99 ms | p50 / bare | p99 / bare | missed | GET+LIST per change | workload writes per change | CPU ms per change | consistency pass ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for s in &r.sizes {
+        let b = &s.bare_client;
+        md += &format!(
+            "| {} | {} | bare client | | | | | | | {:.1} | {:.1} | 1 | 1 | {} | | | | |\n",
+            s.workloads, s.resources, b.latency.p50_ms, b.latency.p99_ms, b.missed
+        );
+        for c in &s.controllers {
+            let (reads, writes) = reads_writes(&c.paced);
+            md += &format!(
+                "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {:.1} | {:.1} | {} | {} | {} | {:.2} | {:.2} | {} | {} |\n",
+                s.workloads,
+                s.resources,
+                c.controller,
+                cell(c.ready_s, 2),
+                c.change_at_start_reloaded_s.map(|v| format!("{v:.2}")).unwrap_or_else(|| "not within 60 s".into()),
+                cell(c.cpu_to_ready_s, 2),
+                mib(c.rss_after_sync_bytes),
+                mib(c.rss_after_changes_bytes),
+                cell(c.idle_cpu_per_30s, 2),
+                c.paced.latency.p50_ms,
+                c.paced.latency.p99_ms,
+                cell(c.paced.p50_ratio, 2),
+                cell(c.paced.p99_ratio, 2),
+                c.paced.missed,
+                reads,
+                writes,
+                cell(c.paced.controller_cpu_per_change_ms, 2),
+                cell(c.consistency_pass_mean_s.map(|s| s * 1000.0), 1),
+            );
+        }
+    }
+    md += "\nRequests per change by verb and resource (`apiserver_request_total` over the round, less the bench's own PATCH):\n\n";
+    for s in &r.sizes {
+        for c in &s.controllers {
+            let list: Vec<String> = c
+                .paced
+                .requests_per_change
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.2}"))
+                .collect();
+            md += &format!(
+                "- {} at {}: {}\n",
+                c.controller,
+                s.workloads,
+                list.join(", ")
+            );
+        }
+        md += &format!(
+            "- objects of {}: created in {:.0} s, the control plane settled {:.0} s after\n",
+            s.workloads, s.created_s, s.settled_s
+        );
+    }
+    md
+}
+
+fn plots(dir: &Path, r: &S10Report) -> Result<()> {
+    let series = |f: &dyn Fn(&S10Run) -> Option<f64>| -> Vec<(&'static str, Vec<(f64, f64)>)> {
+        ["rekindle", "Reloader"]
+            .into_iter()
+            .map(|who| {
+                let points = r
+                    .sizes
+                    .iter()
+                    .filter_map(|s| {
+                        let c = s.controllers.iter().find(|c| c.controller == who)?;
+                        Some((s.workloads as f64, f(c)?))
+                    })
+                    .collect();
+                (who, points)
+            })
+            .collect()
+    };
+    crate::plots::curves(
+        &dir.join("s10_memory.png"),
+        "S10: RSS after 1,000 changes against cluster size",
+        "Deployments (ConfigMaps and Secrets: 2.5 times as many)",
+        "MiB",
+        &series(&|c| Some(mib(c.rss_after_changes_bytes))),
+    )?;
+    crate::plots::curves(
+        &dir.join("s10_ready.png"),
+        "S10: start to ready (Reloader: to its first reload)",
+        "Deployments (ConfigMaps and Secrets: 2.5 times as many)",
+        "seconds",
+        &series(&|c| c.ready_s),
+    )?;
+    let mut latency = series(&|c| Some(c.paced.latency.p99_ms));
+    latency.push((
+        "bare client",
+        r.sizes
+            .iter()
+            .map(|s| (s.workloads as f64, s.bare_client.latency.p99_ms))
+            .collect(),
+    ));
+    crate::plots::curves(
+        &dir.join("s10_latency.png"),
+        "S10: reload latency p99 at 10 changes/s",
+        "Deployments (ConfigMaps and Secrets: 2.5 times as many)",
+        "ms",
+        &latency,
+    )?;
+    crate::plots::curves(
+        &dir.join("s10_requests.png"),
+        "S10: apiserver reads (GET + LIST) per change",
+        "Deployments (ConfigMaps and Secrets: 2.5 times as many)",
+        "requests",
+        &series(&|c| Some(reads_writes(&c.paced).0)),
+    )
+}
