@@ -9,7 +9,7 @@ use crate::core::refs::ResourceRef;
 #[derive(Debug, Default)]
 pub(super) struct Dependents {
     /// resource → workloads naming it.
-    by_name: HashMap<ResourceKey, HashSet<WorkloadKey>>,
+    by_name: HashMap<ResourceKey, Named>,
     /// namespace → workloads with reload patterns.
     by_pattern: HashMap<String, HashSet<WorkloadKey>>,
 }
@@ -20,8 +20,8 @@ impl Dependents {
         for r in &entry.refs {
             self.by_name
                 .entry(ResourceKey::new(r.kind, &key.namespace, &r.name))
-                .or_default()
-                .insert(key.clone());
+                .and_modify(|named| named.insert(key))
+                .or_insert_with(|| Named::One(key.clone()));
         }
         if entry.has_patterns {
             self.by_pattern
@@ -43,8 +43,7 @@ impl Dependents {
         for r in old.refs.iter().filter(|r| !still_named(r)) {
             let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
             if let Some(set) = self.by_name.get_mut(&rk) {
-                set.remove(key);
-                if set.is_empty() {
+                if set.remove(key) {
                     self.by_name.remove(&rk);
                 }
             }
@@ -61,7 +60,7 @@ impl Dependents {
 
     /// The workloads a change of `resource` may concern, sorted.
     pub(super) fn candidates(&self, resource: &ResourceKey) -> BTreeSet<WorkloadKey> {
-        let named = self.by_name.get(resource).into_iter().flatten();
+        let named = self.by_name.get(resource).into_iter().flat_map(Named::iter);
         let patterned = self
             .by_pattern
             .get(&resource.namespace)
@@ -75,12 +74,65 @@ impl Dependents {
         &'a self,
         resource: &ResourceKey,
     ) -> impl Iterator<Item = &'a WorkloadKey> + 'a {
-        self.by_name.get(resource).into_iter().flatten()
+        self.by_name.get(resource).into_iter().flat_map(Named::iter)
     }
 
     /// How many (resource, workload) edges are kept.
     pub(super) fn edges(&self) -> usize {
-        self.by_name.values().map(HashSet::len).sum()
+        self.by_name.values().map(Named::len).sum()
+    }
+}
+
+/// The workloads naming one resource. Most resources are named by one workload, and a set of one
+/// costs its table (about 250 bytes) on top of the key: at 100,000 workloads that was a tenth of the
+/// process (docs/scaling.md).
+#[derive(Debug)]
+enum Named {
+    One(WorkloadKey),
+    Many(HashSet<WorkloadKey>),
+}
+
+impl Named {
+    fn insert(&mut self, key: &WorkloadKey) {
+        match self {
+            Named::One(one) if one == key => {}
+            Named::One(one) => {
+                let set = HashSet::from([one.clone(), key.clone()]);
+                *self = Named::Many(set);
+            }
+            Named::Many(set) => {
+                set.insert(key.clone());
+            }
+        }
+    }
+
+    /// Removes `key`; true when none is left.
+    fn remove(&mut self, key: &WorkloadKey) -> bool {
+        let Named::Many(set) = self else {
+            return matches!(self, Named::One(one) if one == key);
+        };
+        set.remove(key);
+        if set.len() == 1 {
+            if let Some(last) = set.iter().next().cloned() {
+                *self = Named::One(last);
+            }
+            return false;
+        }
+        set.is_empty()
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = &WorkloadKey> + '_> {
+        match self {
+            Named::One(one) => Box::new(std::iter::once(one)),
+            Named::Many(set) => Box::new(set.iter()),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Named::One(_) => 1,
+            Named::Many(set) => set.len(),
+        }
     }
 }
 
@@ -151,5 +203,48 @@ mod tests {
         d.unlink(&named, &e1, |_| false, false);
         d.unlink(&patterned, &e2, |_| false, false);
         assert!(d.by_name.is_empty() && d.by_pattern.is_empty());
+    }
+
+    #[test]
+    fn a_resource_named_by_one_then_three_then_none() {
+        let mut d = Dependents::default();
+        let auto = json!({"reloader.stakater.com/auto": "true"});
+        let ws: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .map(|n| workload(n, auto.clone(), &["shared"]))
+            .collect();
+        let names = |d: &Dependents| -> Vec<String> {
+            let mut v: Vec<String> = d
+                .named(&cm("ns", "shared"))
+                .map(|k| k.name.clone())
+                .collect();
+            v.sort();
+            v
+        };
+        d.link(&ws[0].0, &ws[0].1);
+        d.link(&ws[0].0, &ws[0].1);
+        assert_eq!(names(&d), ["a"]);
+        assert_eq!(d.edges(), 1);
+        for (k, e) in &ws[1..] {
+            d.link(k, e);
+        }
+        assert_eq!(names(&d), ["a", "b", "c"]);
+        assert_eq!(d.edges(), 3);
+        d.unlink(&ws[0].0, &ws[0].1, |_| false, false);
+        d.unlink(&ws[2].0, &ws[2].1, |_| false, false);
+        assert_eq!(names(&d), ["b"]);
+        assert!(matches!(
+            d.by_name.get(&cm("ns", "shared")),
+            Some(Named::One(_))
+        ));
+        d.unlink(&ws[0].0, &ws[0].1, |_| false, false);
+        assert_eq!(
+            names(&d),
+            ["b"],
+            "unlinking a workload not named leaves the others"
+        );
+        d.unlink(&ws[1].0, &ws[1].1, |_| false, false);
+        assert!(d.by_name.is_empty());
+        assert_eq!(d.edges(), 0);
     }
 }
