@@ -121,11 +121,12 @@ impl Named {
         set.is_empty()
     }
 
-    fn iter(&self) -> Box<dyn Iterator<Item = &WorkloadKey> + '_> {
-        match self {
-            Named::One(one) => Box::new(std::iter::once(one)),
-            Named::Many(set) => Box::new(set.iter()),
-        }
+    fn iter(&self) -> impl Iterator<Item = &WorkloadKey> + '_ {
+        let (one, many) = match self {
+            Named::One(one) => (Some(one), None),
+            Named::Many(set) => (None, Some(set)),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
     }
 
     fn len(&self) -> usize {

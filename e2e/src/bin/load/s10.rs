@@ -68,7 +68,7 @@ pub struct S10Run {
     pub controller: &'static str,
     /// rekindle: process start to `/ready` answering 200. Reloader (no readiness endpoint): process
     /// start to its first reload of a probe whose ConfigMap is changed every 250 ms from the start.
-    pub ready_s: Option<f64>,
+    pub ready_s: f64,
     /// A change made right after the process started: reloaded this long after start (`None`: not
     /// within a minute of ready).
     pub change_at_start_reloaded_s: Option<f64>,
@@ -423,9 +423,10 @@ fn counted(verb: &str, resource: &str) -> bool {
     verb != "WATCH" && !matches!(resource, "leases" | "events" | "")
 }
 
-/// A process whose CPU the round charges per change.
-trait Cpu {
+/// A controller's process: its CPU (charged per change) and its memory.
+trait Measured {
     fn cpu(&self) -> Option<f64>;
+    fn rss(&self) -> Option<u64>;
 }
 
 /// One paced round: `s10_changes` changes at `s10_rate`/s, each to the next namespace's probe; the
@@ -434,7 +435,7 @@ async fn paced(
     client: &Client,
     sizes: &crate::args::Sizes,
     namespaces: usize,
-    controller: Option<&dyn Cpu>,
+    controller: Option<&dyn Measured>,
     round: &mut usize,
 ) -> Result<Paced> {
     let mut rx = probe_watch(client);
@@ -500,9 +501,13 @@ async fn paced(
     })
 }
 
-impl Cpu for Rekindle {
+impl Measured for Rekindle {
     fn cpu(&self) -> Option<f64> {
         self.cpu_seconds()
+    }
+
+    fn rss(&self) -> Option<u64> {
+        self.rss_bytes()
     }
 }
 
@@ -546,9 +551,9 @@ async fn rekindle_run(
         .await
         .map(|at| at.saturating_duration_since(started).as_secs_f64());
     drop(rx);
-    let (rss_after_sync, idle) = sync_and_idle(&rk, || rk.rss_bytes()).await;
+    let (rss_after_sync, idle) = sync_and_idle(&rk).await;
     let paced_round = paced(client, sizes, namespaces, Some(&rk), round).await?;
-    let rss_after_changes = rk.rss_bytes().unwrap_or(0);
+    let rss_after_changes = rk.rss().unwrap_or(0);
     let passes = rk
         .metric("rekindle_consistency_pass_duration_seconds_count")
         .await
@@ -560,7 +565,7 @@ async fn rekindle_run(
     rk.stop().await?;
     Ok(S10Run {
         controller: "rekindle",
-        ready_s: Some(ready),
+        ready_s: ready,
         change_at_start_reloaded_s: at_start,
         cpu_to_ready_s: cpu_to_ready,
         rss_after_sync_bytes: rss_after_sync,
@@ -576,12 +581,12 @@ async fn rekindle_run(
 }
 
 /// RSS 5 s after sync, and CPU over the 30 idle seconds that follow.
-async fn sync_and_idle(cpu: &dyn Cpu, rss: impl Fn() -> Option<u64>) -> (u64, Option<f64>) {
+async fn sync_and_idle(process: &dyn Measured) -> (u64, Option<f64>) {
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let rss_after_sync = rss().unwrap_or(0);
-    let before = cpu.cpu();
+    let rss_after_sync = process.rss().unwrap_or(0);
+    let before = process.cpu();
     tokio::time::sleep(Duration::from_secs(30)).await;
-    let idle = match (before, cpu.cpu()) {
+    let idle = match (before, process.cpu()) {
         (Some(a), Some(b)) => Some(b - a),
         _ => None,
     };
@@ -606,15 +611,15 @@ impl Reloader {
             .with_context(|| format!("starting {}", binary.display()))?;
         Ok(Self { child })
     }
-
-    fn rss_bytes(&self) -> Option<u64> {
-        e2e::rekindle::proc_rss_bytes(self.child.id())
-    }
 }
 
-impl Cpu for Reloader {
+impl Measured for Reloader {
     fn cpu(&self) -> Option<f64> {
         e2e::rekindle::proc_cpu_seconds(self.child.id())
+    }
+
+    fn rss(&self) -> Option<u64> {
+        e2e::rekindle::proc_rss_bytes(self.child.id())
     }
 }
 
@@ -692,13 +697,13 @@ async fn reloader_run(
             .map(|at| at.saturating_duration_since(started).as_secs_f64());
     }
     drop(rx);
-    let (rss_after_sync, idle) = sync_and_idle(&reloader, || reloader.rss_bytes()).await;
+    let (rss_after_sync, idle) = sync_and_idle(&reloader).await;
     let paced_round = paced(client, sizes, namespaces, Some(&reloader), round).await?;
-    let rss_after_changes = reloader.rss_bytes().unwrap_or(0);
+    let rss_after_changes = reloader.rss().unwrap_or(0);
     drop(reloader);
     Ok(S10Run {
         controller: "Reloader",
-        ready_s: Some(ready),
+        ready_s: ready,
         change_at_start_reloaded_s: at_start,
         cpu_to_ready_s: cpu_to_ready,
         rss_after_sync_bytes: rss_after_sync,
@@ -770,7 +775,7 @@ template itself in the same size's round. Reloader: `{}`. `just bench-load --onl
                 s.workloads,
                 s.resources,
                 c.controller,
-                cell(c.ready_s, 2),
+                cell(Some(c.ready_s), 2),
                 c.change_at_start_reloaded_s.map(|v| format!("{v:.2}")).unwrap_or_else(|| "not within 60 s".into()),
                 cell(c.cpu_to_ready_s, 2),
                 mib(c.rss_after_sync_bytes),
@@ -841,7 +846,7 @@ fn plots(dir: &Path, r: &S10Report) -> Result<()> {
         "S10: start to ready (Reloader: to its first reload)",
         "Deployments (ConfigMaps and Secrets: 2.5 times as many)",
         "seconds",
-        &series(&|c| c.ready_s),
+        &series(&|c| Some(c.ready_s)),
     )?;
     let mut latency = series(&|c| Some(c.paced.latency.p99_ms));
     latency.push((
