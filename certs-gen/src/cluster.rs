@@ -213,7 +213,7 @@ pub struct ClusterArgs {
     pub ca_secret: String,
     pub cluster_domain: String,
     pub webhook_config: String,
-    pub webhook_name: String,
+    pub webhook_name: Vec<String>,
     pub days: i64,
     pub phase: Phase,
     pub dry_run: bool,
@@ -424,25 +424,25 @@ async fn ensure_ca_bundle(client: Client, secrets: &Api<Secret>, args: &ClusterA
             args.webhook_config
         )
     })?;
-    let entry = config
-        .webhooks
-        .unwrap_or_default()
-        .into_iter()
-        .find(|w| w.name == args.webhook_name)
-        .ok_or_else(|| {
+    let entries = config.webhooks.unwrap_or_default();
+    let mut stale = Vec::new();
+    for name in &args.webhook_name {
+        let entry = entries.iter().find(|w| &w.name == name).ok_or_else(|| {
             anyhow!(
-                "MutatingWebhookConfiguration {} has no webhook named {}",
-                args.webhook_config,
-                args.webhook_name
+                "MutatingWebhookConfiguration {} has no webhook named {name}",
+                args.webhook_config
             )
         })?;
-    if entry
-        .client_config
-        .ca_bundle
-        .as_ref()
-        .map(|b| b.0.as_slice())
-        == Some(bundle.as_bytes())
-    {
+        let current = entry
+            .client_config
+            .ca_bundle
+            .as_ref()
+            .map(|b| b.0.as_slice());
+        if current != Some(bundle.as_bytes()) {
+            stale.push(name.as_str());
+        }
+    }
+    if stale.is_empty() {
         eprintln!(
             "certs-gen: caBundle of {} is current; nothing to do",
             args.webhook_config
@@ -450,21 +450,23 @@ async fn ensure_ca_bundle(client: Client, secrets: &Api<Secret>, args: &ClusterA
         return Ok(());
     }
     if args.dry_run {
-        println!(
-            "would set caBundle of {}/{}",
-            args.webhook_config, args.webhook_name
-        );
+        for name in &stale {
+            println!("would set caBundle of {}/{name}", args.webhook_config);
+        }
         return Ok(());
     }
-    // Server-side apply owning only this one field: Helm (or kubectl) keeps owning the rest.
+    // Server-side apply owning only these fields: Helm (or kubectl) keeps owning the rest.
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&bundle);
+    let webhooks: Vec<_> = args
+        .webhook_name
+        .iter()
+        .map(|name| json!({"name": name, "clientConfig": {"caBundle": ca_bundle}}))
+        .collect();
     let apply = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": args.webhook_config},
-        "webhooks": [{
-            "name": args.webhook_name,
-            "clientConfig": {"caBundle": base64::engine::general_purpose::STANDARD.encode(&bundle)},
-        }],
+        "webhooks": webhooks,
     });
     api.patch(
         &args.webhook_config,
@@ -475,7 +477,8 @@ async fn ensure_ca_bundle(client: Client, secrets: &Api<Secret>, args: &ClusterA
     .with_context(|| format!("patching the caBundle of {}", args.webhook_config))?;
     eprintln!(
         "certs-gen: set caBundle of {}/{}",
-        args.webhook_config, args.webhook_name
+        args.webhook_config,
+        stale.join(", ")
     );
     Ok(())
 }

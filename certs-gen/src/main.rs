@@ -83,9 +83,9 @@ enum Cmd {
         /// MutatingWebhookConfiguration whose caBundle is set.
         #[arg(long, default_value = "rekindle")]
         webhook_config: String,
-        /// Webhook entry inside it.
+        /// Webhook entries inside it, each given its caBundle (repeat the flag for several).
         #[arg(long, default_value = "workloads.rekindle.io")]
-        webhook_name: String,
+        webhook_name: Vec<String>,
         /// Validity of the serving certificate, in days (renewed 30 days before expiry).
         #[arg(long, default_value_t = 365)]
         days: i64,

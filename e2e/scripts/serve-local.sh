@@ -18,14 +18,8 @@ REKINDLE="${REKINDLE_BIN:-$ROOT/target/debug/rekindle}"
 "$ROOT/target/debug/certs-gen" local --out "$STATE/pki"
 CA_BUNDLE="$(base64 -w0 <"$STATE/pki/ca.crt")"
 
-$KUBECTL apply -f - >/dev/null <<YAML
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata:
-  name: $NAME
-webhooks:
-- name: workloads.rekindle.io
-  admissionReviewVersions: ["v1"]
+# How the apiserver calls each entry (as the chart).
+CALL="  admissionReviewVersions: [\"v1\"]
   sideEffects: NoneOnDryRun
   failurePolicy: Ignore
   timeoutSeconds: 2
@@ -34,6 +28,31 @@ webhooks:
   clientConfig:
     url: https://127.0.0.1:$WEBHOOK_PORT/mutate
     caBundle: $CA_BUNDLE
+  # As the chart: rekindle's own writes (user rekindle, its client certificate) skip the webhook.
+  matchConditions:
+  - name: not-rekindle-itself
+    expression: \"request.userInfo.username != 'rekindle'\""
+# Pods labelled rekindle.io/restart=pods, stamped at creation (unless --pod-restarts=false).
+POD_WEBHOOK=""
+if [[ " $* " != *" --pod-restarts=false "* ]]; then
+  POD_WEBHOOK="- name: pods.rekindle.io
+$CALL
+  namespaceSelector:
+    matchExpressions:
+    - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system, kube-node-lease, kube-public]}
+  objectSelector:
+    matchLabels: {rekindle.io/restart: pods}
+  rules:
+  - {apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods], scope: Namespaced}"
+fi
+$KUBECTL apply -f - >/dev/null <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: $NAME
+webhooks:
+- name: workloads.rekindle.io
+$CALL
   namespaceSelector:
     matchExpressions:
     - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system, kube-node-lease, kube-public]}
@@ -41,13 +60,10 @@ webhooks:
   objectSelector:
     matchExpressions:
     - {key: rekindle.io/admission, operator: NotIn, values: [disabled]}
-  # As the chart: rekindle's own writes (user rekindle, its client certificate) skip the webhook.
-  matchConditions:
-  - name: not-rekindle-itself
-    expression: "request.userInfo.username != 'rekindle'"
   rules:
   - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments, statefulsets, daemonsets], scope: Namespaced}
   - {apiGroups: [batch], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [cronjobs, jobs], scope: Namespaced}
+$POD_WEBHOOK
 YAML
 cleanup() { $KUBECTL delete mutatingwebhookconfiguration "$NAME" --ignore-not-found >/dev/null 2>&1 || true; }
 trap cleanup EXIT

@@ -12,7 +12,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
 use crate::{rekindle_binary, state_dir, wait_for, wait_for_every};
@@ -217,26 +217,40 @@ impl Rekindle {
         let ca = std::fs::read(state_dir().join("pki/ca.crt"))?;
         let myself = self.identity().await?;
         use base64::Engine as _;
-        let config: MutatingWebhookConfiguration = serde_json::from_value(json!({
-            "metadata": {"name": self.registration},
-            "webhooks": [{
-                "name": "workloads.rekindle.io",
+        // Each entry as the chart makes it; `rules` and the object selector tell them apart.
+        let entry = |name: &str, rules: Value| {
+            json!({
+                "name": name,
                 "admissionReviewVersions": ["v1"],
                 "sideEffects": "NoneOnDryRun",
                 "failurePolicy": "Ignore",
                 "timeoutSeconds": 2,
                 "matchPolicy": "Equivalent",
                 "reinvocationPolicy": "IfNeeded",
-                "clientConfig": {"url": format!("https://127.0.0.1:{}/mutate", self.webhook_port), "caBundle": base64::engine::general_purpose::STANDARD.encode(ca)},
+                "clientConfig": {"url": format!("https://127.0.0.1:{}/mutate", self.webhook_port), "caBundle": base64::engine::general_purpose::STANDARD.encode(&ca)},
                 "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": self.namespaces}]},
                 "matchConditions": [{"name": "not-rekindle-itself", "expression": format!("request.userInfo.username != '{myself}'")}],
-                "rules": [
-                    {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["deployments", "statefulsets", "daemonsets"], "scope": "Namespaced"},
-                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["cronjobs", "jobs"], "scope": "Namespaced"},
-                    {"apiGroups": ["argoproj.io"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"], "resources": ["rollouts"], "scope": "Namespaced"},
-                    {"apiGroups": ["apps.openshift.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["deploymentconfigs"], "scope": "Namespaced"}
-                ]
-            }]
+                "rules": rules,
+            })
+        };
+        let workloads = entry(
+            "workloads.rekindle.io",
+            json!([
+                {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["deployments", "statefulsets", "daemonsets"], "scope": "Namespaced"},
+                {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["cronjobs", "jobs"], "scope": "Namespaced"},
+                {"apiGroups": ["argoproj.io"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"], "resources": ["rollouts"], "scope": "Namespaced"},
+                {"apiGroups": ["apps.openshift.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["deploymentconfigs"], "scope": "Namespaced"}
+            ]),
+        );
+        // Labelled pods (pod restarts of an operator's pods), and no others.
+        let mut pods = entry(
+            "pods.rekindle.io",
+            json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}]),
+        );
+        pods["objectSelector"] = json!({"matchLabels": {"rekindle.io/restart": "pods"}});
+        let config: MutatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": self.registration},
+            "webhooks": [workloads, pods],
         }))?;
         let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
         let _ = api

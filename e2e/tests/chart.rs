@@ -274,6 +274,54 @@ fn webhook_follows_the_packaging_rules() -> Result<()> {
     Ok(())
 }
 
+/// Pod restarts (the default): a second webhook entry for pod creation, sent only pods labelled
+/// `rekindle.io/restart: pods`, called as the first; the pods watched and evicted. `podRestarts=false`
+/// leaves out the entry and those permissions, and passes the flag.
+#[test]
+fn pod_restarts_add_a_labelled_pods_webhook_entry_and_their_permissions() -> Result<()> {
+    let docs = render_with(&[])?;
+    let configs = of_kind(&docs, "MutatingWebhookConfiguration");
+    let entries = configs[0]["webhooks"].as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    let (workloads, pods) = (&entries[0], &entries[1]);
+    assert_eq!(pods["name"], "pods.rekindle.io");
+    assert_eq!(
+        pods["rules"],
+        serde_json::json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+            "resources": ["pods"], "scope": "Namespaced"}])
+    );
+    assert_eq!(
+        pods["objectSelector"],
+        serde_json::json!({"matchLabels": {"rekindle.io/restart": "pods"}})
+    );
+    for field in [
+        "clientConfig",
+        "namespaceSelector",
+        "failurePolicy",
+        "timeoutSeconds",
+        "sideEffects",
+    ] {
+        assert_eq!(pods[field], workloads[field], "{field} as the first entry");
+    }
+    assert_eq!(pods["matchConditions"][0], workloads["matchConditions"][0]);
+    let rules = server_rules(&docs);
+    assert!(grants(&rules, "", "pods", "watch"));
+    assert!(grants(&rules, "", "pods/eviction", "create"));
+    assert!(
+        !grants(&rules, "", "pods", "delete"),
+        "evicted, never deleted"
+    );
+
+    let docs = render_with(&["rekindle.podRestarts=false"])?;
+    let configs = of_kind(&docs, "MutatingWebhookConfiguration");
+    assert_eq!(configs[0]["webhooks"].as_array().unwrap().len(), 1);
+    let rules = server_rules(&docs);
+    assert!(!grants(&rules, "", "pods", "watch"));
+    assert!(!grants(&rules, "", "pods/eviction", "create"));
+    assert!(args_of(container(&docs, "rekindle")).contains(&"--pod-restarts=false".to_string()));
+    Ok(())
+}
+
 #[test]
 fn rbac_is_least_privilege_and_optional_rules_follow_the_options() -> Result<()> {
     let docs = render_with(&[])?;

@@ -112,16 +112,21 @@ async fn certs_gen_under_the_charts_hook_rbac_is_idempotent_and_sets_the_ca_bund
     }
     let bundle = data["ca.crt"].0.clone();
     let config = configs.get("pkg-rekindle").await?;
-    let webhook = &config.webhooks.clone().unwrap_or_default()[0];
-    assert_eq!(
-        webhook
-            .client_config
-            .ca_bundle
-            .as_ref()
-            .map(|b| b.0.clone()),
-        Some(bundle),
-        "the caBundle landed"
-    );
+    let webhooks = config.webhooks.clone().unwrap_or_default();
+    let names: Vec<&str> = webhooks.iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(names, ["workloads.rekindle.io", "pods.rekindle.io"]);
+    for webhook in &webhooks {
+        assert_eq!(
+            webhook
+                .client_config
+                .ca_bundle
+                .as_ref()
+                .map(|b| b.0.clone()),
+            Some(bundle.clone()),
+            "the caBundle landed in {}",
+            webhook.name
+        );
+    }
     // Server-side apply: certs-gen owns the caBundle and nothing else.
     let managers: Vec<String> = config
         .metadata

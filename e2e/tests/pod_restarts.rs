@@ -481,3 +481,262 @@ async fn an_on_delete_daemonset_gets_its_pod_evicted_once() -> Result<()> {
     rk.stop().await?;
     ns.cleanup().await
 }
+
+const STAMPS: &str = "rekindle.io/config-hashes";
+
+/// A pod labelled for pod restarts as the tests see it: the hash it was stamped with for `db-config`.
+#[derive(Debug, Clone)]
+struct LabelledPod {
+    name: String,
+    uid: String,
+    ready: bool,
+    terminating: bool,
+    stamp: Option<String>,
+}
+
+async fn labelled_pods(client: &Client, ns: &str, selector: &str) -> Result<Vec<LabelledPod>> {
+    let list = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(selector))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|p| {
+            let value = serde_json::to_value(&p).unwrap_or_default();
+            let stamp = value
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(STAMPS))
+                .and_then(Value::as_str)
+                .and_then(|s| serde_json::from_str::<Value>(s).ok())
+                .and_then(|h| h["configmap/db-config"].as_str().map(String::from));
+            let ready = value
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            LabelledPod {
+                name: p.metadata.name.clone().unwrap_or_default(),
+                uid: p.metadata.uid.clone().unwrap_or_default(),
+                ready,
+                terminating: p.metadata.deletion_timestamp.is_some(),
+                stamp,
+            }
+        })
+        .collect())
+}
+
+/// A bare ReplicaSet `op` standing for an operator: its pods are labelled for pod restarts and carry
+/// the reload annotation; the ReplicaSet itself carries none.
+fn operator_replica_set(replicas: i64) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "op"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "op"}},
+            "template": {
+                "metadata": {
+                    "labels": {"app": "op", "rekindle.io/restart": "pods"},
+                    "annotations": {"reloader.stakater.com/auto": "true"}
+                },
+                "spec": {"containers": [{"name": "app", "image": "busybox",
+                    "envFrom": [{"configMapRef": {"name": "db-config"}}]}]}
+            }
+        }
+    })
+}
+
+/// Pods of an owner rekindle does not write (a bare ReplicaSet), labelled `rekindle.io/restart: pods`:
+/// stamped at creation, evicted one at a time on a change (each once), every replacement stamped with
+/// the new hash, Events on the owner, and the owner never written.
+#[tokio::test]
+async fn labelled_pods_of_another_owner_are_evicted_one_at_a_time_and_the_owner_never_written(
+) -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-podgroup").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    apply_value(&client, Some(&ns.name), operator_replica_set(3)).await?;
+    let before = wait_for("three stamped Ready pods", WALK_TIMEOUT, || async {
+        let pods = labelled_pods(&client, &ns.name, "app=op").await?;
+        let ready = pods.len() == 3 && pods.iter().all(|p| p.ready && p.stamp.is_some());
+        Ok(ready.then_some(pods))
+    })
+    .await?;
+    let old = before[0].stamp.clone().unwrap_or_default();
+    assert!(
+        before
+            .iter()
+            .all(|p| p.stamp.as_deref() == Some(old.as_str())),
+        "stamped at creation with the same hash: {before:?}"
+    );
+
+    change(&client, &ns.name, "db-config", "two").await?;
+    let deadline = tokio::time::Instant::now() + WALK_TIMEOUT;
+    let mut most_down = 0;
+    let after = loop {
+        let pods = labelled_pods(&client, &ns.name, "app=op").await?;
+        let up = pods.iter().filter(|p| p.ready && !p.terminating).count();
+        most_down = most_down.max(3usize.saturating_sub(up));
+        let done = pods.len() == 3
+            && pods
+                .iter()
+                .all(|p| p.ready && !p.terminating && p.stamp.as_deref().is_some_and(|s| s != old));
+        if done {
+            break pods;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the walk did not finish: {pods:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(most_down <= 1, "one pod down at a time, saw {most_down}");
+    let old_uids: BTreeSet<&str> = before.iter().map(|p| p.uid.as_str()).collect();
+    assert!(
+        after.iter().all(|p| !old_uids.contains(p.uid.as_str())),
+        "every pod replaced: {after:?}"
+    );
+    let wanted: BTreeMap<String, usize> = before.iter().map(|p| (p.name.clone(), 1)).collect();
+    assert_eq!(evictions(&ns.name), wanted, "each old pod evicted once");
+
+    let replica_sets = dynamic_api(&client, "apps/v1", "ReplicaSet", Some(&ns.name)).await?;
+    let rs = get_json(&replica_sets, "op").await?;
+    assert_eq!(generation(&rs), 1, "the owner's spec never written");
+    let managers: Vec<&str> = rs
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["manager"].as_str())
+        .collect();
+    assert!(
+        !managers.contains(&"rekindle"),
+        "rekindle never wrote the owner: {managers:?}"
+    );
+    wait_for("the walk's end to be told", WALK_TIMEOUT, || async {
+        let finished = events(&client, &ns.name, "PodRestartsFinished").await?;
+        Ok((!finished.is_empty()).then_some(finished))
+    })
+    .await?;
+    let started = events(&client, &ns.name, "PodRestartsStarted").await?;
+    assert_eq!(started.len(), 1, "{started:?}");
+    let regarding = &started[0].involved_object;
+    assert_eq!(
+        (regarding.kind.as_deref(), regarding.name.as_deref()),
+        (Some("ReplicaSet"), Some("op")),
+        "told on the owner"
+    );
+    assert_eq!(
+        rk.metric("rekindle_pod_evictions_total{result=\"evicted\"}")
+            .await?,
+        3.0
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+/// A labelled pod with no controller owner is stamped but never evicted: evicted, nothing would bring
+/// it back. A Warning Event on the pod says why.
+#[tokio::test]
+async fn a_labelled_pod_without_a_controller_is_never_evicted() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-podgroup-bare").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    let mut pod = operator_replica_set(1)["spec"]["template"].clone();
+    pod["apiVersion"] = json!("v1");
+    pod["kind"] = json!("Pod");
+    pod["metadata"]["name"] = json!("lonely");
+    apply_value(&client, Some(&ns.name), pod).await?;
+    let before = wait_for("the pod stamped and Ready", WALK_TIMEOUT, || async {
+        let pods = labelled_pods(&client, &ns.name, "app=op").await?;
+        let ready = pods.len() == 1 && pods[0].ready && pods[0].stamp.is_some();
+        Ok(ready.then_some(pods))
+    })
+    .await?;
+
+    change(&client, &ns.name, "db-config", "two").await?;
+    let warned = wait_for("the Warning", WALK_TIMEOUT, || async {
+        let warned = events(&client, &ns.name, "PodNotRestarted").await?;
+        Ok(warned.into_iter().next())
+    })
+    .await?;
+    assert_eq!(warned.involved_object.name.as_deref(), Some("lonely"));
+    assert!(
+        warned
+            .message
+            .unwrap_or_default()
+            .contains("no controller owner"),
+        "says why"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = labelled_pods(&client, &ns.name, "app=op").await?;
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].uid, before[0].uid, "not evicted");
+    assert!(!after[0].terminating);
+    assert!(evictions(&ns.name).is_empty());
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+/// Pods labelled for pod restarts whose Deployment rekindle reloads itself are left to that reload:
+/// the Deployment rolls once, and no pod is evicted.
+#[tokio::test]
+async fn labelled_pods_of_a_reloaded_deployment_are_never_restarted_twice() -> Result<()> {
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-podgroup-deploy").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    let mut web = deployment("web")
+        .auto()
+        .template_annotations(json!({"reloader.stakater.com/auto": "true"}))
+        .uses_configmap("db-config")
+        .build();
+    web["spec"]["template"]["metadata"]["labels"]["rekindle.io/restart"] = json!("pods");
+    apply_value(&client, Some(&ns.name), web).await?;
+    let before = wait_for(
+        "the Deployment's pod, stamped and Ready",
+        WALK_TIMEOUT,
+        || async {
+            let pods = labelled_pods(&client, &ns.name, "app=web").await?;
+            let ready = pods.len() == 1 && pods[0].ready && pods[0].stamp.is_some();
+            Ok(ready.then_some(pods))
+        },
+    )
+    .await?;
+
+    change(&client, &ns.name, "db-config", "two").await?;
+    let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
+    wait_for("the Deployment's reload", WALK_TIMEOUT, || async {
+        Ok((generation(&get_json(&deployments, "web").await?) == 2).then_some(()))
+    })
+    .await?;
+    wait_for("the pod replaced by the rollout", WALK_TIMEOUT, || async {
+        let pods = labelled_pods(&client, &ns.name, "app=web").await?;
+        let rolled = pods.len() == 1
+            && pods[0].ready
+            && pods[0].uid != before[0].uid
+            && pods[0].stamp != before[0].stamp;
+        Ok(rolled.then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        evictions(&ns.name).is_empty(),
+        "left to the Deployment's reload"
+    );
+    assert_eq!(
+        rk.metric("rekindle_pod_evictions_total{result=\"evicted\"}")
+            .await?,
+        0.0
+    );
+    assert_eq!(
+        generation(&get_json(&deployments, "web").await?),
+        2,
+        "reloaded once"
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}

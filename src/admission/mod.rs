@@ -22,6 +22,7 @@ use crate::config::scope::ScopeFilter;
 use crate::core::keys::{KeyDigests, Owed};
 use crate::core::patch::{self, MarkerChange, Place};
 use crate::core::plan::{self, marker_place, Change, Event, PlanConfig};
+use crate::core::pod_groups;
 use crate::core::policy::WorkloadPolicy;
 use crate::core::refs::{self, ResourceRef};
 use crate::core::WorkloadKind;
@@ -148,11 +149,20 @@ impl Admission {
         if self.notify_only {
             return pass("out-of-scope");
         }
-        let Some(kind) = workload_kind(&req.kind, &self.kinds) else {
-            return pass("unknown-kind");
+        // A pod labelled for pod restarts is stamped at creation as the template of a workload.
+        let pod = self.plan.pod_restarts && is_pod(&req.kind);
+        let kind = match workload_kind(&req.kind, &self.kinds) {
+            Some(kind) => kind,
+            None if pod => pod_groups::PLANNED_AS,
+            None => return pass("unknown-kind"),
+        };
+        let operations: &[Operation] = if pod {
+            &[Operation::Create]
+        } else {
+            &[Operation::Create, Operation::Update]
         };
         if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
-            || !matches!(req.operation, Operation::Create | Operation::Update)
+            || !operations.contains(&req.operation)
         {
             return pass("out-of-scope");
         }
@@ -180,10 +190,29 @@ impl Admission {
                     .map(String::from)
             })
             .unwrap_or_default();
-        if !self.scope.covers(kind, &namespace) {
+        let stamped = if pod {
+            if !pod_groups::labelled(&obj) || !self.scope.namespace_in_scope(&namespace) {
+                return pass("out-of-scope");
+            }
+            let plan = pod_groups::plan_config(&self.plan);
+            self.stamp(
+                &plan,
+                req,
+                kind,
+                &namespace,
+                pod_groups::as_workload(&obj),
+                looked_up,
+            )
+            .map(|stamp| match stamp {
+                Stamp::Ops(ops) => Stamp::Ops(onto_pod(ops)),
+                lookup => lookup,
+            })
+        } else if !self.scope.covers(kind, &namespace) {
             return pass("out-of-scope");
-        }
-        match self.stamp(req, kind, &namespace, obj, looked_up) {
+        } else {
+            self.stamp(&self.plan, req, kind, &namespace, obj, looked_up)
+        };
+        match stamped {
             Ok(Stamp::Lookup(lookups)) => Outcome {
                 lookups,
                 ..Default::default()
@@ -214,6 +243,7 @@ impl Admission {
     /// resources to read first.
     fn stamp(
         &self,
+        plan: &PlanConfig,
         req: &Request,
         kind: WorkloadKind,
         namespace: &str,
@@ -228,9 +258,9 @@ impl Admission {
                     .map(String::from)
             })
             .unwrap_or_default();
-        let (entry, policy) = WorkloadEntry::with_policy(&self.plan, &obj, kind);
+        let (entry, policy) = WorkloadEntry::with_policy(plan, &obj, kind);
         // generateName: no name yet, so nothing to record; dry-run: no side effects.
-        let record = !name.is_empty() && !req.dry_run;
+        let record = !name.is_empty() && !req.dry_run && !is_pod(&req.kind);
         let key = WorkloadKey {
             kind,
             namespace: namespace.to_string(),
@@ -243,7 +273,7 @@ impl Admission {
         let mut needs_digests = Vec::new();
         if entry.reads_keys {
             for r in entry.refs.iter().filter(|r| entry.marker(r).is_none()) {
-                if plan::keys_read(&self.plan, &obj, kind, r).is_none() {
+                if plan::keys_read(plan, &obj, kind, r).is_none() {
                     continue;
                 }
                 let rk = ResourceKey::new(r.kind, namespace, &r.name);
@@ -273,7 +303,8 @@ impl Admission {
                 }
             }
             None => {
-                let mut lookups = self.lookups_for(kind, namespace, &obj, &entry, &policy, &hashes);
+                let mut lookups =
+                    self.lookups_for((plan, kind), namespace, &obj, (&entry, &policy), &hashes);
                 if let Some(lookup) = &self.lookup {
                     lookups.extend(needs_digests.into_iter().filter(|k| lookup.wanted(k)));
                 }
@@ -290,7 +321,7 @@ impl Admission {
             .and_then(|o| serde_json::to_value(o).ok());
         let old = old.as_ref();
         let mut ops = match old {
-            Some(old) => plan::restore_markers(&self.plan, kind, old, &obj)?,
+            Some(old) => plan::restore_markers(plan, kind, old, &obj)?,
             None => Vec::new(),
         };
         // The markers `entry` read are those of the incoming object; restored ones change that.
@@ -306,7 +337,7 @@ impl Admission {
         };
         if may_add {
             let changes = self.new_markers(
-                kind,
+                (plan, kind),
                 namespace,
                 &obj,
                 (&entry, &policy),
@@ -329,11 +360,10 @@ impl Admission {
     /// does not carry one of, and that [`lookup::Lookup::wanted`] says are worth a read.
     fn lookups_for(
         &self,
-        kind: WorkloadKind,
+        (plan, kind): (&PlanConfig, WorkloadKind),
         namespace: &str,
         obj: &Value,
-        entry: &WorkloadEntry,
-        policy: &WorkloadPolicy,
+        (entry, policy): (&WorkloadEntry, &WorkloadPolicy),
         hashes: &HashMap<ResourceRef, ResourceEntry>,
     ) -> Vec<ResourceKey> {
         let Some(lookup) = &self.lookup else {
@@ -357,7 +387,7 @@ impl Admission {
                     event: Event::Update,
                     also_current: None,
                 };
-                plan::plan_with_policy(&self.plan, obj, kind, policy, &change, 0)
+                plan::plan_with_policy(plan, obj, kind, policy, &change, 0)
                     .decision
                     .reload
             })
@@ -370,7 +400,7 @@ impl Admission {
     /// put back onto `obj` after `entry` read it, so they are read again.
     fn new_markers(
         &self,
-        kind: WorkloadKind,
+        (plan, kind): (&PlanConfig, WorkloadKind),
         namespace: &str,
         obj: &Value,
         (entry, policy): (&WorkloadEntry, &WorkloadPolicy),
@@ -381,14 +411,13 @@ impl Admission {
         ),
     ) -> Vec<MarkerChange> {
         let spec = refs::pod_spec(obj, kind);
-        let place = marker_place(&self.plan, obj, kind);
+        let place = marker_place(plan, obj, kind);
         let mut out = Vec::new();
         for r in &entry.refs {
             let Some(res) = hashes.get(r) else { continue };
             let has_marker = if restored {
                 let container = spec.and_then(|s| refs::choose_container(s, r.kind, &r.name, true));
-                plan::current_marker(&self.plan, obj, kind, r.kind, &r.name, container.as_ref())
-                    .is_some()
+                plan::current_marker(plan, obj, kind, r.kind, &r.name, container.as_ref()).is_some()
             } else {
                 entry.marker(r).is_some()
             };
@@ -397,7 +426,7 @@ impl Admission {
             }
             // Without the digests of a resource read key by key (it could not be read in time), the
             // whole object's hash: it counts as current until the resource changes.
-            let owed = plan::owed(&self.plan, obj, kind, r, &res.hash, digests.get(r))
+            let owed = plan::owed(plan, obj, kind, r, &res.hash, digests.get(r))
                 .unwrap_or_else(|| Owed::whole(&res.hash));
             let change = Change {
                 kind: r.kind,
@@ -408,7 +437,7 @@ impl Admission {
                 event: Event::Update,
                 also_current: owed.also_current.as_deref(),
             };
-            let p = plan::plan_with_policy(&self.plan, obj, kind, policy, &change, 0);
+            let p = plan::plan_with_policy(plan, obj, kind, policy, &change, 0);
             out.extend(p.changes.into_iter().filter(|c| match c {
                 MarkerChange::SetEnv { .. } => place == Place::Template,
                 MarkerChange::SetConfigHash { place: p, .. } => *p == place,
@@ -417,6 +446,31 @@ impl Admission {
         }
         out
     }
+}
+
+fn is_pod(gvk: &GroupVersionKind) -> bool {
+    gvk.group.is_empty() && gvk.version == "v1" && gvk.kind == "Pod"
+}
+
+/// Stamping ops made on a pod planned as a template, moved onto the pod's own metadata.
+fn onto_pod(ops: Vec<PatchOperation>) -> Vec<PatchOperation> {
+    let moved = |path: &json_patch::jsonptr::PointerBuf| {
+        pod_groups::onto_pod(path.as_str())
+            .and_then(|p| json_patch::jsonptr::PointerBuf::parse(p).ok())
+    };
+    ops.into_iter()
+        .filter_map(|mut op| {
+            let path = match &mut op {
+                PatchOperation::Add(o) => &mut o.path,
+                PatchOperation::Replace(o) => &mut o.path,
+                PatchOperation::Remove(o) => &mut o.path,
+                PatchOperation::Test(o) => &mut o.path,
+                _ => return None,
+            };
+            *path = moved(path)?;
+            Some(op)
+        })
+        .collect()
 }
 
 /// The `operation` label of `rekindle_admission_requests_total`.

@@ -329,3 +329,75 @@ proptest! {
         }
     }
 }
+
+fn pod_review(op: &str, pod: &Value) -> Vec<u8> {
+    serde_json::to_vec(
+        &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": "ns", "name": "", "operation": op, "userInfo": {"username": "operator"},
+        "object": pod, "dryRun": false}}),
+    )
+    .unwrap()
+}
+
+fn pod(labels: Value, annotations: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "kafka-", "namespace": "ns", "labels": labels, "annotations": annotations},
+        "spec": {"containers": [{"name": "app", "image": "busybox:1",
+            "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}})
+}
+
+/// A labelled pod gets `rekindle.io/config-hashes` in its own annotations, under either strategy, its
+/// spec untouched; an unlabelled pod, an update, or `--pod-restarts=false` get nothing.
+#[test]
+fn a_labelled_pod_is_stamped_with_the_hashes_it_starts_with() {
+    let auto = json!({"reloader.stakater.com/auto": "true"});
+    let labelled = pod(json!({"rekindle.io/restart": "pods"}), auto.clone());
+    for strategy in [Strategy::EnvVars, Strategy::Annotations] {
+        let mut a = admission(strategy);
+        a.plan.pod_restarts = true;
+        let resp = a.review(&pod_review("CREATE", &labelled)).unwrap();
+        let ops: json_patch::Patch = serde_json::from_slice(
+            &base64::engine::general_purpose::STANDARD
+                .decode(resp["response"]["patch"].as_str().expect("a patch"))
+                .unwrap(),
+        )
+        .unwrap();
+        let mut out = labelled.clone();
+        json_patch::patch(&mut out, &ops).unwrap();
+        let hashes: Value = serde_json::from_str(
+            out["metadata"]["annotations"]["rekindle.io/config-hashes"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(hashes, json!({"configmap/app-config": H1}));
+        assert_eq!(out["spec"], labelled["spec"], "the spec is not changed");
+        assert_eq!(
+            out["metadata"]["annotations"]["reloader.stakater.com/auto"],
+            "true"
+        );
+        // Nothing is recorded: a pod is not a workload of the index.
+        assert_eq!(a.index.sizes().provisional, 0);
+    }
+    let mut a = admission(Strategy::EnvVars);
+    a.plan.pod_restarts = true;
+    let unpatched = |body: Vec<u8>| a.review(&body).unwrap()["response"].get("patch").is_none();
+    assert!(unpatched(pod_review(
+        "CREATE",
+        &pod(json!({}), auto.clone())
+    )));
+    assert!(unpatched(pod_review("UPDATE", &labelled)));
+    assert!(unpatched(pod_review(
+        "CREATE",
+        &pod(json!({"rekindle.io/restart": "pods"}), json!({}))
+    )));
+    let mut off = admission(Strategy::EnvVars);
+    off.plan.pod_restarts = false;
+    assert!(
+        off.review(&pod_review("CREATE", &labelled)).unwrap()["response"]
+            .get("patch")
+            .is_none()
+    );
+}

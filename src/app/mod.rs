@@ -560,6 +560,13 @@ impl Watches<'_> {
                 watch::workloads(client.clone(), *kind, ns.map(String::from), ctx.clone()),
             );
         }
+        if ctx.plan.pod_restarts && ctx.sink.triggers().is_some() {
+            self.start(
+                in_ns(Watched::LabelledPods),
+                Some(WatchPart::Workloads),
+                watch::pods(client.clone(), ns.map(String::from), ctx.clone()),
+            );
+        }
     }
 }
 

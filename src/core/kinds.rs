@@ -71,6 +71,10 @@ pub enum WorkloadKind {
     Job,
     Rollout,
     DeploymentConfig,
+    /// The pods of one controller owner that rekindle does not write (an operator's), labelled
+    /// `rekindle.io/restart: pods`: restarted by eviction, never by a write. Keyed by the owner,
+    /// `<Kind>/<name>` ([`crate::core::pod_groups`]). Not watched as a kind: not in [`Self::ALL`].
+    Pods,
 }
 
 impl WorkloadKind {
@@ -93,6 +97,7 @@ impl WorkloadKind {
             Self::Job => "Job",
             Self::Rollout => "Rollout",
             Self::DeploymentConfig => "DeploymentConfig",
+            Self::Pods => "Pods",
         }
     }
 
@@ -131,6 +136,7 @@ impl WorkloadKind {
             Self::Job => "jobs",
             Self::Rollout => "rollouts",
             Self::DeploymentConfig => "deploymentconfigs",
+            Self::Pods => "pods",
         }
     }
 
@@ -153,6 +159,7 @@ impl WorkloadKind {
             Self::CronJob | Self::Job => "batch/v1",
             Self::Rollout => "argoproj.io/v1alpha1",
             Self::DeploymentConfig => "apps.openshift.io/v1",
+            Self::Pods => "v1",
         }
     }
 }

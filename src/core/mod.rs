@@ -13,6 +13,7 @@ pub mod kinds;
 pub mod patch;
 pub mod pause;
 pub mod plan;
+pub mod pod_groups;
 pub mod policy;
 pub mod refs;
 pub mod release;

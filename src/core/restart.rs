@@ -194,6 +194,11 @@ impl PodState {
         kind: WorkloadKind,
         pod: &Value,
     ) -> Self {
+        Self::with(pod, pod_behind(cfg, template, kind, pod))
+    }
+
+    /// `pod`, `behind` or not as the caller found it.
+    pub fn with(pod: &Value, behind: bool) -> Self {
         let text = |pointer: &str| {
             refs::at(pod, pointer)
                 .and_then(Value::as_str)
@@ -204,7 +209,7 @@ impl PodState {
             uid: text("/metadata/uid"),
             ready: ready(pod),
             terminating: refs::at(pod, "/metadata/deletionTimestamp").is_some(),
-            behind: pod_behind(cfg, template, kind, pod),
+            behind,
         }
     }
 }

@@ -47,7 +47,8 @@ impl Failure {
 }
 
 /// Whether a reload of this kind starts a rollout that takes time: Jobs and CronJobs are done when
-/// written, and a DeploymentConfig's rollout is not tracked.
+/// written, and a DeploymentConfig's rollout is not tracked. The pods of an owner rekindle does not
+/// write restart in a walk, which is the rollout.
 pub fn tracked(kind: WorkloadKind) -> bool {
     matches!(
         kind,
@@ -55,6 +56,7 @@ pub fn tracked(kind: WorkloadKind) -> bool {
             | WorkloadKind::StatefulSet
             | WorkloadKind::DaemonSet
             | WorkloadKind::Rollout
+            | WorkloadKind::Pods
     )
 }
 

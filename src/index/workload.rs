@@ -71,6 +71,35 @@ impl WorkloadEntry {
         (entry, policy)
     }
 
+    /// The record of a group of labelled pods (`core::pod_groups`): the resources its pods were
+    /// stamped for, each with the hash all of them carry, or an empty marker (never current, so the
+    /// consistency pass looks at the group) when they differ.
+    pub fn of_pods<'a>(stamps: impl IntoIterator<Item = &'a [(ResourceRef, String)]>) -> Self {
+        let mut carried: std::collections::BTreeMap<&ResourceRef, Option<&str>> =
+            Default::default();
+        for pod in stamps {
+            for (r, hash) in pod {
+                carried
+                    .entry(r)
+                    .and_modify(|m| {
+                        if *m != Some(hash.as_str()) {
+                            *m = None;
+                        }
+                    })
+                    .or_insert(Some(hash));
+            }
+        }
+        let (refs, markers): (Vec<ResourceRef>, Vec<Option<Box<str>>>) = carried
+            .into_iter()
+            .map(|(r, m)| (r.clone(), Some(m.unwrap_or_default().into())))
+            .unzip();
+        Self {
+            refs: refs.into_boxed_slice(),
+            markers: markers.into_boxed_slice(),
+            ..Default::default()
+        }
+    }
+
     /// Whether the pod spec references `r`.
     pub fn references(&self, r: &ResourceRef) -> bool {
         self.refs.binary_search(r).is_ok()

@@ -213,6 +213,33 @@ impl Rollouts {
         self.set_gauge(&state);
     }
 
+    /// A walk restarting the pods of an owner rekindle does not write (kind `Pods`) is under way: it
+    /// holds its slot, whose `--rollout-timeout` counts from its last eviction ([`Self::progressed`]),
+    /// until [`Self::walk_ended`]. Nothing is written, so its failure halts no change.
+    pub fn walk_started(&self, key: &WorkloadKey) {
+        if !(self.max > 0 || self.halt_on_failure) {
+            return;
+        }
+        let mut state = self.lock();
+        let slot = state
+            .in_progress
+            .entry(key.clone())
+            .or_insert_with(|| Slot::reserved(Instant::now()));
+        // The walk's slot carries a generation so that it times out; no watch observes it.
+        slot.generation.get_or_insert(0);
+        self.set_gauge(&state);
+    }
+
+    /// The walk of `key` found every pod current (or its pods gone): its slot is free.
+    pub fn walk_ended(&self, key: &WorkloadKey) {
+        let mut state = self.lock();
+        if state.in_progress.remove(key).is_some() {
+            self.set_gauge(&state);
+            drop(state);
+            self.changed.notify_one();
+        }
+    }
+
     /// The reload was not written (nothing to do, gone, failed, not leading): its slot is free again.
     pub fn release(&self, key: &WorkloadKey) {
         if !self.budget_for(key) {

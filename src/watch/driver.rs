@@ -61,6 +61,8 @@ pub enum Watched {
     ClassPodStatuses,
     /// SecretProviderClasses (their annotations).
     Classes,
+    /// Pods labelled `rekindle.io/restart: pods`.
+    LabelledPods,
 }
 
 impl Watched {
@@ -82,6 +84,7 @@ impl Watched {
                 "secretproviderclasses".into()
             }
             Watched::ClassPodStatuses => "secretproviderclasspodstatuses".into(),
+            Watched::LabelledPods => "pods".into(),
             Watched::Workloads(kind) => kind.name().to_ascii_lowercase(),
         }
     }

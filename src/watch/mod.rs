@@ -6,6 +6,7 @@
 pub mod digests;
 mod driver;
 mod handlers;
+mod pods;
 mod protobuf;
 
 use std::collections::HashMap;
@@ -18,6 +19,7 @@ use tokio::time::Instant;
 
 pub use driver::{WatchId, Watched};
 pub use handlers::{namespaces, optional_workloads, resources, secrets, spcps, spcs, workloads};
+pub use pods::pods;
 
 use crate::config::scope::ScopeFilter;
 use crate::core::plan::PlanConfig;

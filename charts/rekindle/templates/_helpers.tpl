@@ -148,10 +148,11 @@ them (alone when no list is given), as in Reloader's chart.
   verbs: ["get", "list", "watch"]
 {{- end }}
 {{- if .Values.rekindle.podRestarts }}
-# Pod restarts (rekindle.io/restart: pods): the pods a walk replaces, read and evicted.
+# Pod restarts (rekindle.io/restart: pods): the pods a walk replaces, read and evicted, and the
+# labelled pods of owners rekindle does not write, watched.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: [""]
   resources: ["pods/eviction"]
   verbs: ["create"]
@@ -310,6 +311,9 @@ spec:
         - --cluster-domain={{ $.Values.certs.certsGen.clusterDomain }}
         - --webhook-config={{ include "rekindle.webhookName" $ }}
         - --webhook-name=workloads.rekindle.io
+        {{- if $.Values.rekindle.podRestarts }}
+        - --webhook-name=pods.rekindle.io
+        {{- end }}
         - --days={{ $.Values.certs.certsGen.days }}
       resources:
         requests:
@@ -419,4 +423,52 @@ subjects:
   - kind: ServiceAccount
     name: {{ $v.name }}
     namespace: {{ $.Release.Namespace }}
+{{- end -}}
+
+{{/* How the apiserver calls the webhook: the same for each of its entries. */}}
+{{- define "rekindle.webhookClient" -}}
+{{- $fullname := include "rekindle.fullname" . -}}
+admissionReviewVersions: ["v1"]
+sideEffects: NoneOnDryRun
+failurePolicy: {{ .Values.webhook.failurePolicy }}
+timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+matchPolicy: Equivalent
+reinvocationPolicy: IfNeeded
+clientConfig:
+  service:
+    name: {{ $fullname }}
+    namespace: {{ .Release.Namespace }}
+    path: /mutate
+    port: {{ .Values.service.port }}
+  {{- if eq .Values.certs.mode "external" }}
+  caBundle: {{ required "certs.external.caBundle is required when certs.mode=external" .Values.certs.external.caBundle }}
+  {{- end }}
+{{- end -}}
+
+{{/* The namespaces the webhook sees: the same for each of its entries. */}}
+{{- define "rekindle.webhookNamespaces" -}}
+namespaceSelector:
+  {{- if .Values.webhook.namespaceSelector }}
+  {{- toYaml .Values.webhook.namespaceSelector | nindent 2 }}
+  {{- else }}
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values:
+        {{- $excluded := concat (list "kube-system" "kube-node-lease" "kube-public" .Release.Namespace) .Values.webhook.excludeNamespaces }}
+        {{- range $excluded | uniq }}
+        - {{ . }}
+        {{- end }}
+    {{- if include "rekindle.namespaced" . }}
+    - key: kubernetes.io/metadata.name
+      operator: In
+      values:
+        {{- range include "rekindle.watchNamespaces" . | fromJsonArray }}
+        - {{ . }}
+        {{- end }}
+    {{- end }}
+    - key: rekindle.io/admission
+      operator: NotIn
+      values: ["disabled"]
+  {{- end }}
 {{- end -}}

@@ -62,21 +62,37 @@ impl Writer {
         value: &str,
         note: String,
     ) {
-        let first = {
-            let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
-            // Bounded: past a thousand entries, forget those of workloads that are gone.
-            if warned.len() >= WARNED_PRUNE_AT {
-                warned.retain(|(w, _)| self.index.workload(w).is_some());
-            }
-            warned.insert((key.clone(), format!("{annotation}={value}")))
-        };
-        if !first {
+        let subject = subject(key, uid);
+        self.warn_invalid_on(key, &subject, annotation, value, note)
+            .await;
+    }
+
+    /// [`Self::warn_invalid`] on another object than the workload `key` (the owner of a group of pods).
+    pub(super) async fn warn_invalid_on(
+        &self,
+        key: &WorkloadKey,
+        subject: &ObjectReference,
+        annotation: &str,
+        value: &str,
+        note: String,
+    ) {
+        if !self.first_time(key, &format!("{annotation}={value}")) {
             return;
         }
         self.metrics.invalid_annotations.inc();
         tracing::warn!(workload = %key, %annotation, %value, "invalid annotation");
-        self.publish(key, uid, EventType::Warning, "InvalidAnnotation", note)
+        self.publish_on(subject, EventType::Warning, "InvalidAnnotation", note)
             .await;
+    }
+
+    /// Whether `what` is told of `key` for the first time (each is told once).
+    pub(super) fn first_time(&self, key: &WorkloadKey, what: &str) -> bool {
+        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        // Bounded: past a thousand entries, forget those of workloads that are gone.
+        if warned.len() >= WARNED_PRUNE_AT {
+            warned.retain(|(w, _)| self.index.workload(w).is_some());
+        }
+        warned.insert((key.clone(), what.to_string()))
     }
 
     pub(super) async fn publish(
@@ -87,14 +103,17 @@ impl Writer {
         reason: &str,
         note: String,
     ) {
-        let reference = ObjectReference {
-            api_version: Some(key.kind.api_version().to_string()),
-            kind: Some(key.kind.name().to_string()),
-            name: Some(key.name.clone()),
-            namespace: Some(key.namespace.clone()),
-            uid: uid.map(String::from),
-            ..Default::default()
-        };
+        self.publish_on(&subject(key, uid), type_, reason, note)
+            .await;
+    }
+
+    pub(super) async fn publish_on(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let event = KubeEvent {
             type_,
             reason: reason.into(),
@@ -102,9 +121,21 @@ impl Writer {
             action: "Reload".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
+        if let Err(e) = self.recorder.publish(&event, reference).await {
             self.metrics.error(ErrorKind::Event);
             tracing::debug!(error = %e, "could not record an Event");
         }
+    }
+}
+
+/// The workload `key` as the object of an Event.
+fn subject(key: &WorkloadKey, uid: Option<&str>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(key.kind.api_version().to_string()),
+        kind: Some(key.kind.name().to_string()),
+        name: Some(key.name.clone()),
+        namespace: Some(key.namespace.clone()),
+        uid: uid.map(String::from),
+        ..Default::default()
     }
 }

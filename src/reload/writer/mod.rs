@@ -48,6 +48,7 @@ use crate::core::plan::{Action, PlanConfig};
 use crate::core::refs::ResourceRef;
 use crate::core::release::HaltedChange;
 use crate::core::window::Windows;
+use crate::core::WorkloadKind;
 use crate::index::{Index, WorkloadKey};
 use crate::metrics::{ErrorKind, Metrics, ReasonLabels, Skip};
 use crate::outbound::alert::Alerter;
@@ -364,6 +365,14 @@ impl Writer {
             ControlFlow::Continue(pending) => pending,
             ControlFlow::Break(deferred) => return deferred,
         };
+        if key.kind == WorkloadKind::Pods {
+            // Pods of an owner rekindle does not write: nothing is written, the walk is the reload.
+            self.rollouts.walk_started(key);
+            if let Some(after) = self.restart_pods(key).await {
+                self.upkeep_again(key, after, Upkeep::RESTART_PODS);
+            }
+            return Finished::Settled;
+        }
         let finished = self.write_owed(key, pending, permit).await;
         if !matches!(finished, Finished::Reloaded) {
             self.rollouts.release(key);

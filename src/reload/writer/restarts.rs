@@ -3,7 +3,10 @@
 //! disruption allowed says so, and answers when to look again. Nothing is remembered between steps
 //! but what the Events said: the pods are the state, so a new leader continues where they stand.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, DynamicObject, EvictParams, ListParams, Preconditions};
@@ -12,9 +15,11 @@ use kube::Api;
 use serde_json::Value;
 
 use super::Writer;
+use crate::core::pod_groups;
+use crate::core::refs::ResourceRef;
 use crate::core::restart::{self, PodState, Restarts, Step};
-use crate::core::rollout;
-use crate::index::WorkloadKey;
+use crate::core::{rollout, WorkloadKind};
+use crate::index::{ResourceKey, WorkloadKey};
 use crate::metrics::{ErrorKind, Eviction};
 use crate::reload::error::WriteError;
 
@@ -32,6 +37,32 @@ pub(super) struct Walk {
     waiting_for: Option<String>,
     /// The PodDisruptionBudget that refused its last eviction, as its Event named it.
     blocked_by: Option<String>,
+    /// Of a group of labelled pods: the most pods seen alive (its owner's replicas are not read).
+    most_pods: usize,
+}
+
+/// What one step of a walk reads: the object its Events go to, its pods and how many may be down.
+struct WalkInput {
+    subject: ObjectReference,
+    pods: Api<Pod>,
+    states: Vec<PodState>,
+    desired: usize,
+    max_unavailable: usize,
+}
+
+/// A walk to take one step on, or when to look again (`None`: never, the walk has ended).
+type Read = ControlFlow<Option<Duration>, WalkInput>;
+
+/// The workload `key` as the object of the walk's Events.
+fn subject_of(key: &WorkloadKey, uid: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(key.kind.api_version().to_string()),
+        kind: Some(key.kind.name().to_string()),
+        name: Some(key.name.clone()),
+        namespace: Some(key.namespace.clone()),
+        uid: Some(uid.to_string()),
+        ..Default::default()
+    }
 }
 
 impl Writer {
@@ -52,6 +83,24 @@ impl Writer {
     }
 
     async fn walk_step(&self, key: &WorkloadKey) -> Result<Option<Duration>, WriteError> {
+        let read = if key.kind == WorkloadKind::Pods {
+            self.read_group(key).await?
+        } else {
+            self.read_workload(key).await?
+        };
+        match read {
+            ControlFlow::Continue(walk) => self.walk(key, walk).await,
+            ControlFlow::Break(after) => {
+                if after.is_none() {
+                    self.end_walk(key);
+                }
+                Ok(after)
+            }
+        }
+    }
+
+    /// An `OnDelete` StatefulSet or DaemonSet with `rekindle.io/restart: pods`, and its own pods.
+    async fn read_workload(&self, key: &WorkloadKey) -> Result<Read, WriteError> {
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &key.namespace,
@@ -62,26 +111,25 @@ impl Writer {
             .await
             .map_err(|e| WriteError::from_kube("GET", e))?
         else {
-            self.end_walk(key);
-            return Ok(None);
+            return Ok(ControlFlow::Break(None));
         };
         let workload = serde_json::to_value(&obj)
             .map_err(|_| WriteError::Invalid("workload does not serialise".into()))?;
         if restart::restarts(&workload, key.kind, true) != Restarts::Evict {
-            self.end_walk(key);
-            return Ok(None);
+            return Ok(ControlFlow::Break(None));
         }
         if !rollout::caught_up(&workload) {
             tracing::debug!("pod restarts wait for the controller to see the template");
-            return Ok(Some(WALK_RECHECK));
+            return Ok(ControlFlow::Break(Some(WALK_RECHECK)));
         }
         let uid = obj.metadata.uid.clone().unwrap_or_default();
+        let subject = subject_of(key, &uid);
         let Some(selector) = restart::selector(&workload) else {
             let note =
                 "its selector cannot be read as a label query; no pod is restarted".to_string();
             self.warn_invalid(key, Some(&uid), "spec.selector", "", note)
                 .await;
-            return Ok(None);
+            return Ok(ControlFlow::Break(None));
         };
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
         let listed = pods
@@ -97,26 +145,165 @@ impl Writer {
             .map(|pod| PodState::of(&self.plan, &template, key.kind, &pod))
             .collect();
         let desired = restart::desired_pods(&workload, key.kind);
-        let max_unavailable = match restart::max_unavailable(&workload, desired) {
+        let max_unavailable = self
+            .max_unavailable(key, &subject, &workload, desired)
+            .await;
+        Ok(ControlFlow::Continue(WalkInput {
+            subject,
+            pods,
+            states,
+            desired,
+            max_unavailable,
+        }))
+    }
+
+    /// The labelled pods of one controller owner rekindle does not write (`core::pod_groups`): each
+    /// is behind when a hash it was stamped with is not the current one. The owner is never read or
+    /// written; Events go to it by the pods' owner reference.
+    async fn read_group(&self, key: &WorkloadKey) -> Result<Read, WriteError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+        let listed = pods
+            .list(&ListParams::default().labels(pod_groups::POD_SELECTOR))
+            .await
+            .map_err(|e| WriteError::from_kube("LIST", e))?;
+        let members: Vec<Value> = listed
+            .items
+            .iter()
+            .filter_map(|pod| serde_json::to_value(pod).ok())
+            .filter(|pod| pod_groups::group_of(pod) == key.name)
+            .collect();
+        let Some(first) = members.first() else {
+            return Ok(ControlFlow::Break(None));
+        };
+        let Some(owner) = pod_groups::controller_owner(first) else {
+            let text = |pointer: &str| {
+                first
+                    .pointer(pointer)
+                    .and_then(Value::as_str)
+                    .map(String::from)
+            };
+            let name = text("/metadata/name").unwrap_or_default();
+            let pod = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(name.clone()),
+                namespace: Some(key.namespace.clone()),
+                uid: text("/metadata/uid"),
+                ..Default::default()
+            };
+            if self.first_time(key, "no controller owner") {
+                let note = format!(
+                    "Pod {name} runs older config but has no controller owner: evicted, it would not come back. It is not restarted; delete it to restart it"
+                );
+                tracing::warn!(pod = %name, "labelled for pod restarts without a controller owner; not evicted");
+                self.publish_on(&pod, EventType::Warning, "PodNotRestarted", note)
+                    .await;
+            }
+            return Ok(ControlFlow::Break(None));
+        };
+        let subject = ObjectReference {
+            api_version: Some(owner.api_version.clone()),
+            kind: Some(owner.kind.clone()),
+            name: Some(owner.name.clone()),
+            namespace: Some(key.namespace.clone()),
+            uid: Some(owner.uid.clone()),
+            ..Default::default()
+        };
+        if let Some((kind, name)) = pod_groups::written_workload(first, &owner) {
+            let workload = WorkloadKey {
+                kind,
+                namespace: key.namespace.clone(),
+                name,
+            };
+            if self.index.workload(&workload).is_some() {
+                if self.first_time(key, "left to its workload") {
+                    let note = format!(
+                        "Its pods are labelled {}={} but belong to {workload}, which rekindle reloads itself: they are left to its reload, never restarted twice (annotate {kind} '{}' to reload it)",
+                        pod_groups::POD_LABEL, pod_groups::POD_LABEL_VALUE, workload.name
+                    );
+                    tracing::info!(%workload, "labelled pods left to their workload's reload");
+                    self.publish_on(
+                        &subject,
+                        EventType::Normal,
+                        "PodRestartsLeftToWorkload",
+                        note,
+                    )
+                    .await;
+                }
+                return Ok(ControlFlow::Break(None));
+            }
+        }
+        let current = |r: &ResourceRef| {
+            self.index
+                .resource(&ResourceKey::new(r.kind, &key.namespace, &r.name))
+                .map(|e| e.hash.to_string())
+        };
+        let states: Vec<PodState> = members
+            .iter()
+            .filter(|pod| restart::owned_by(pod, &owner.uid))
+            .map(|pod| PodState::with(pod, pod_groups::behind(&pod_groups::stamps(pod), current)))
+            .collect();
+        // An operator's replicas are not read (its kind is anyone's): the most pods seen alive
+        // during the walk.
+        let alive = states.iter().filter(|p| !p.terminating).count();
+        let desired = {
+            let mut walks = self.walks();
+            let walk = walks.entry(key.clone()).or_default();
+            walk.most_pods = walk.most_pods.max(alive);
+            walk.most_pods
+        };
+        let max_unavailable = self.max_unavailable(key, &subject, first, desired).await;
+        Ok(ControlFlow::Continue(WalkInput {
+            subject,
+            pods,
+            states,
+            desired,
+            max_unavailable,
+        }))
+    }
+
+    /// `rekindle.io/max-unavailable` of `obj`; an invalid value is warned of once, and 1 is used.
+    async fn max_unavailable(
+        &self,
+        key: &WorkloadKey,
+        subject: &ObjectReference,
+        obj: &Value,
+        desired: usize,
+    ) -> usize {
+        match restart::max_unavailable(obj, desired) {
             Ok(n) => n,
             Err(why) => {
-                let raw = workload
+                let raw = obj
                     .pointer("/metadata/annotations")
                     .and_then(|a| a.get(restart::MAX_UNAVAILABLE_ANNOTATION))
                     .and_then(Value::as_str)
                     .unwrap_or_default();
                 let note = format!("{why}; restarting one pod at a time");
-                self.warn_invalid(
-                    key,
-                    Some(&uid),
-                    restart::MAX_UNAVAILABLE_ANNOTATION,
-                    raw,
-                    note,
-                )
-                .await;
+                self.warn_invalid_on(key, subject, restart::MAX_UNAVAILABLE_ANNOTATION, raw, note)
+                    .await;
                 1
             }
-        };
+        }
+    }
+
+    /// One step on what was read: evict the next pods behind, or wait, or finish.
+    async fn walk(
+        &self,
+        key: &WorkloadKey,
+        walk: WalkInput,
+    ) -> Result<Option<Duration>, WriteError> {
+        let WalkInput {
+            subject,
+            pods,
+            states,
+            desired,
+            max_unavailable,
+        } = walk;
+        let what = format!(
+            "{} '{}'",
+            subject.kind.as_deref().unwrap_or_default(),
+            subject.name.as_deref().unwrap_or_default()
+        );
         let started = self.walks().get(key).is_some_and(|w| w.started);
         if !started && states.iter().all(|p| !p.behind || p.terminating) {
             // Nothing behind and no walk of this process to see to its end.
@@ -126,19 +313,10 @@ impl Writer {
         match restart::step(desired, &states, max_unavailable) {
             Step::Done => {
                 if self.end_walk(key) {
-                    let note = format!(
-                        "Every pod of {} '{}' runs the current config",
-                        key.kind, key.name
-                    );
+                    let note = format!("Every pod of {what} runs the current config");
                     tracing::info!("pod restarts finished");
-                    self.publish(
-                        key,
-                        Some(&uid),
-                        EventType::Normal,
-                        "PodRestartsFinished",
-                        note,
-                    )
-                    .await;
+                    self.publish_on(&subject, EventType::Normal, "PodRestartsFinished", note)
+                        .await;
                 }
                 Ok(None)
             }
@@ -158,26 +336,18 @@ impl Writer {
                 let behind = states.iter().filter(|p| p.behind && !p.terminating).count();
                 if self.start_walk(key) {
                     let note = format!(
-                        "Restarting {behind} of {} pods of {} '{}' by eviction, at most {max_unavailable} at a time",
+                        "Restarting {behind} of {} pods of {what} by eviction, at most {max_unavailable} at a time",
                         states.len(),
-                        key.kind,
-                        key.name
                     );
-                    self.publish(
-                        key,
-                        Some(&uid),
-                        EventType::Normal,
-                        "PodRestartsStarted",
-                        note,
-                    )
-                    .await;
+                    self.publish_on(&subject, EventType::Normal, "PodRestartsStarted", note)
+                        .await;
                 }
                 for name in names {
                     let pod_uid = states
                         .iter()
                         .find(|p| p.name == name)
                         .and_then(|p| p.uid.clone());
-                    if let Some(after) = self.evict(key, &uid, &pods, &name, pod_uid).await? {
+                    if let Some(after) = self.evict(key, &subject, &pods, &name, pod_uid).await? {
                         return Ok(Some(after));
                     }
                 }
@@ -191,7 +361,7 @@ impl Writer {
     async fn evict(
         &self,
         key: &WorkloadKey,
-        workload_uid: &str,
+        subject: &ObjectReference,
         pods: &Api<Pod>,
         name: &str,
         pod_uid: Option<String>,
@@ -231,14 +401,8 @@ impl Writer {
                         "Pod restarts wait for PodDisruptionBudget {budget}: evicting pod {name} now would violate it ({why}); trying again"
                     );
                     tracing::info!(pod = %name, %budget, "eviction refused by a disruption budget");
-                    self.publish(
-                        key,
-                        Some(workload_uid),
-                        EventType::Warning,
-                        "PodRestartsBlocked",
-                        note,
-                    )
-                    .await;
+                    self.publish_on(subject, EventType::Warning, "PodRestartsBlocked", note)
+                        .await;
                 }
                 Ok(Some(WALK_RETRY))
             }
@@ -266,6 +430,9 @@ impl Writer {
 
     /// Whether a walk of `key` that evicted pods was in progress (in this process).
     fn end_walk(&self, key: &WorkloadKey) -> bool {
+        if key.kind == WorkloadKind::Pods {
+            self.rollouts.walk_ended(key);
+        }
         let mut walks = self.walks();
         let ended = walks.remove(key).is_some_and(|w| w.started);
         self.metrics
