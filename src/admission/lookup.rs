@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client, ResourceExt};
 
 use crate::config::selector::Selector;
+use crate::core::hash::StoredHash;
 use crate::core::keys::KeyDigests;
 use crate::core::policy::{AnnotationKeys, ResourceFlags};
 use crate::core::ResourceKind;
@@ -150,7 +151,7 @@ impl Lookup {
                      annotations: &std::collections::BTreeMap<String, String>| {
             Found::Entry(Looked {
                 entry: ResourceEntry {
-                    hash: digests.of.clone(),
+                    hash: StoredHash::new(&digests.of),
                     flags: ResourceFlags::from_annotations(&self.keys, annotations),
                 },
                 digests: Some(digests),
@@ -255,12 +256,12 @@ mod tests {
             "data": {"k": "v"}}))
         .unwrap();
         assert_eq!(
-            &*read[&cm("app")].entry.hash,
+            read[&cm("app")].entry.hash.to_string(),
             crate::core::hash::configmap_hash_typed(&want)
         );
         assert_eq!(
-            read[&cm("app")].digests.as_ref().map(|d| &d.of),
-            Some(&read[&cm("app")].entry.hash)
+            read[&cm("app")].digests.as_ref().map(|d| d.of.to_string()),
+            Some(read[&cm("app")].entry.hash.to_string())
         );
         assert!(!read[&cm("app")].entry.flags.ignore);
         assert!(
@@ -342,7 +343,10 @@ mod tests {
             base64::Engine::decode(&base64::engine::general_purpose::STANDARD, patch).unwrap(),
         )
         .unwrap();
-        assert!(ops.contains(&*read[&cm("app")].entry.hash), "{ops}");
+        assert!(
+            ops.contains(&read[&cm("app")].entry.hash.to_string()),
+            "{ops}"
+        );
         assert!(ops.contains("STAKATER_APP_CONFIGMAP"), "{ops}");
         // Without a lookup (the index has no entry), the review answers at once, unstamped.
         let plain = Admission {

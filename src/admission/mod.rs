@@ -426,8 +426,9 @@ impl Admission {
             }
             // Without the digests of a resource read key by key (it could not be read in time), the
             // whole object's hash: it counts as current until the resource changes.
-            let owed = plan::owed(plan, obj, kind, r, &res.hash, digests.get(r))
-                .unwrap_or_else(|| Owed::whole(&res.hash));
+            let hash = res.hash.to_string();
+            let owed = plan::owed(plan, obj, kind, r, &hash, digests.get(r))
+                .unwrap_or_else(|| Owed::whole(&hash));
             let change = Change {
                 kind: r.kind,
                 name: &r.name,

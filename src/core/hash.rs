@@ -28,6 +28,82 @@ fn hex(digest: &[u8]) -> String {
     s
 }
 
+/// A hash as the index keeps it, for each of its resources and markers: the 40-digit lowercase hex
+/// SHA-1 that every hash rekindle computes is, in its 20 bytes (a quarter of a boxed string and its
+/// allocation); anything else (a marker someone wrote by hand) as it was written.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum StoredHash {
+    Sha1([u8; 20]),
+    Text(Box<str>),
+}
+
+impl StoredHash {
+    pub fn new(text: &str) -> Self {
+        Self::sha1(text).map_or_else(|| Self::Text(text.into()), Self::Sha1)
+    }
+
+    fn sha1(text: &str) -> Option<[u8; 20]> {
+        let digits = text.as_bytes();
+        if digits.len() != 40 {
+            return None;
+        }
+        let mut bytes = [0u8; 20];
+        for (b, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+            *b = (lower_hex_digit(pair[0])? << 4) | lower_hex_digit(pair[1])?;
+        }
+        Some(bytes)
+    }
+
+    /// Whether this is the hash `text` spells (no allocation).
+    pub fn is(&self, text: &str) -> bool {
+        match self {
+            Self::Sha1(bytes) => Self::sha1(text).is_some_and(|b| &b == bytes),
+            Self::Text(t) => &**t == text,
+        }
+    }
+}
+
+fn lower_hex_digit(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    }
+}
+
+impl std::fmt::Display for StoredHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sha1(bytes) => bytes.iter().try_for_each(|b| write!(f, "{b:02x}")),
+            Self::Text(t) => f.write_str(t),
+        }
+    }
+}
+
+impl std::fmt::Debug for StoredHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+impl From<&str> for StoredHash {
+    fn from(text: &str) -> Self {
+        Self::new(text)
+    }
+}
+
+impl PartialEq<str> for StoredHash {
+    fn eq(&self, text: &str) -> bool {
+        self.is(text)
+    }
+}
+
+impl PartialEq<&str> for StoredHash {
+    fn eq(&self, text: &&str) -> bool {
+        self.is(text)
+    }
+}
+
 /// Hashes `key=value` entries the way Reloader does: sort the joined strings bytewise, join with `;`.
 pub fn hash_entries<'a>(entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> String {
     let mut entries: Vec<(&[u8], &[u8])> = entries.into_iter().collect();
@@ -146,6 +222,28 @@ pub fn spcps_hash_json(obj: &Value) -> Option<(String, String)> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_stored_hash_keeps_a_sha1_in_its_bytes_and_anything_else_as_written() {
+        let h = sha1_hex(b"x");
+        let stored = StoredHash::new(&h);
+        assert!(matches!(stored, StoredHash::Sha1(_)));
+        assert_eq!(stored.to_string(), h);
+        assert!(stored.is(&h));
+        assert!(
+            !stored.is(&h.to_uppercase()),
+            "an upper-case spelling is another marker"
+        );
+        assert!(!stored.is("h1"));
+        for other in ["h1", "", &h.to_uppercase(), &format!("{h}0")] {
+            let stored = StoredHash::new(other);
+            assert!(matches!(stored, StoredHash::Text(_)), "{other}");
+            assert_eq!(stored.to_string(), other);
+            assert!(stored.is(other));
+        }
+        assert_eq!(std::mem::size_of::<StoredHash>(), 24);
+    }
+
     use super::*;
 
     #[test]

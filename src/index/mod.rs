@@ -23,6 +23,7 @@ pub use changes::RECENT_CHANGES_KEPT;
 use dependents::Dependents;
 pub use workload::WorkloadEntry;
 
+use crate::core::hash::StoredHash;
 use crate::core::keys::{self, KeyDigests};
 use crate::core::policy::ResourceFlags;
 use crate::core::refs::ResourceRef;
@@ -62,7 +63,7 @@ impl ResourceKey {
 /// What the index keeps of a resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceEntry {
-    pub hash: Box<str>,
+    pub hash: StoredHash,
     pub flags: ResourceFlags,
 }
 
@@ -109,14 +110,18 @@ impl State {
         entry.markers().filter_map(move |(r, marker)| {
             let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
             let res = self.resources.get(&rk)?;
-            if &*res.hash == marker {
+            if res.hash == *marker {
                 return None;
             }
-            let owed = entry
-                .keys_read(key.kind, r)
-                .and_then(|read| keys::owed(Some(&read), &res.hash, self.key_digests.get(&rk)));
+            let owed = entry.keys_read(key.kind, r).and_then(|read| {
+                keys::owed(
+                    Some(&read),
+                    &res.hash.to_string(),
+                    self.key_digests.get(&rk),
+                )
+            });
             match owed {
-                Some(owed) if owed.write == marker => None,
+                Some(owed) if marker.is(&owed.write) => None,
                 _ => Some(r),
             }
         })
@@ -356,7 +361,7 @@ impl Index {
         state
             .key_digests
             .get(key)
-            .filter(|d| d.of == current.hash)
+            .filter(|d| current.hash.is(&d.of))
             .cloned()
     }
 
@@ -368,7 +373,7 @@ impl Index {
         let current = state
             .resources
             .get(key)
-            .is_some_and(|e| e.hash == digests.of);
+            .is_some_and(|e| e.hash.is(&digests.of));
         if current && state.wants_keys(key) {
             state.key_digests.insert(key.clone(), digests);
         }
@@ -581,8 +586,13 @@ impl Index {
             .filter(|k| k.namespace == namespace)
             .filter_map(|k| {
                 let e = state.workloads.get(k)?;
-                e.may_depend_on(r.kind, &r.name)
-                    .then(|| (k.clone(), e.release.clone(), e.marker(r).map(Into::into)))
+                e.may_depend_on(r.kind, &r.name).then(|| {
+                    (
+                        k.clone(),
+                        e.release.clone(),
+                        e.marker(r).map(|m| m.to_string().into()),
+                    )
+                })
             })
             .collect()
     }
@@ -717,7 +727,7 @@ mod tests {
         index.update_resource(&cm_key("ns1", "cfg"), entry("h1"), None);
         let upd = index.update_resource(&cm_key("ns1", "cfg"), entry("h2"), None);
         assert_eq!(upd.dependents, vec![a.clone()]);
-        assert_eq!(&*upd.previous.unwrap().hash, "h1");
+        assert_eq!(upd.previous.unwrap().hash.to_string(), "h1");
         // Same hash again: nothing to do.
         assert!(index
             .update_resource(&cm_key("ns1", "cfg"), entry("h2"), None)
@@ -806,7 +816,7 @@ mod tests {
                 name: "cfg".into()
             }]
                 .hash
-                .as_ref(),
+                .to_string(),
             "h1"
         );
         assert_eq!(index.sizes().provisional, 0, "dry-run leaves no trace");

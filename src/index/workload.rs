@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
+use crate::core::hash::StoredHash;
 use crate::core::keys;
 
 use crate::core::plan::{self, PlanConfig};
@@ -21,7 +22,7 @@ pub struct WorkloadEntry {
     /// Referenced resources, sorted.
     pub refs: Box<[ResourceRef]>,
     /// The marker currently on the workload for `refs[i]` at `markers[i]`; empty when it has none.
-    markers: Box<[Option<Box<str>>]>,
+    markers: Box<[Option<StoredHash>]>,
     pub has_patterns: bool,
     /// In `used-keys` mode with a reference read key by key (behaviour §14): its markers may be
     /// used-keys hashes, and the resources it names keep their value digests.
@@ -49,10 +50,10 @@ impl WorkloadEntry {
     ) -> (Self, WorkloadPolicy) {
         let policy = WorkloadPolicy::from_workload(&cfg.policy.keys, obj, kind);
         let has_patterns = policy.has_patterns(&cfg.policy.keys);
-        let (refs, mut markers): (Vec<ResourceRef>, Vec<Option<Box<str>>>) =
+        let (refs, mut markers): (Vec<ResourceRef>, Vec<Option<StoredHash>>) =
             plan::markers(cfg, obj, kind)
                 .into_iter()
-                .map(|(r, m)| (r, m.map(String::into_boxed_str)))
+                .map(|(r, m)| (r, m.as_deref().map(StoredHash::new)))
                 .unzip();
         if markers.iter().all(Option::is_none) {
             markers.clear();
@@ -89,9 +90,9 @@ impl WorkloadEntry {
                     .or_insert(Some(hash));
             }
         }
-        let (refs, markers): (Vec<ResourceRef>, Vec<Option<Box<str>>>) = carried
+        let (refs, markers): (Vec<ResourceRef>, Vec<Option<StoredHash>>) = carried
             .into_iter()
-            .map(|(r, m)| (r.clone(), Some(m.unwrap_or_default().into())))
+            .map(|(r, m)| (r.clone(), Some(StoredHash::new(m.unwrap_or_default()))))
             .unzip();
         Self {
             refs: refs.into_boxed_slice(),
@@ -106,17 +107,17 @@ impl WorkloadEntry {
     }
 
     /// The marker the workload carries for `r`.
-    pub fn marker(&self, r: &ResourceRef) -> Option<&str> {
+    pub fn marker(&self, r: &ResourceRef) -> Option<&StoredHash> {
         let i = self.refs.binary_search(r).ok()?;
-        self.markers.get(i)?.as_deref()
+        self.markers.get(i)?.as_ref()
     }
 
     /// The markers the workload carries, by resource.
-    pub fn markers(&self) -> impl Iterator<Item = (&ResourceRef, &str)> {
+    pub fn markers(&self) -> impl Iterator<Item = (&ResourceRef, &StoredHash)> {
         self.refs
             .iter()
             .zip(self.markers.iter())
-            .filter_map(|(r, m)| Some((r, m.as_deref()?)))
+            .filter_map(|(r, m)| Some((r, m.as_ref()?)))
     }
 
     /// The policy annotations, read from the skeleton (none without one).

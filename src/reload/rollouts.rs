@@ -276,7 +276,7 @@ impl Rollouts {
                         .map(|(r, hash)| HaltedChange {
                             kind: r.kind,
                             name: r.name.clone(),
-                            hash: hash.into(),
+                            hash: hash.to_string(),
                         })
                         .collect()
                 } else {

@@ -81,7 +81,7 @@ fn upsert(
         WatchEventType::Update
     };
     ctx.metrics.event(event_type, label);
-    if update.previous.is_some_and(|p| *p.hash == *hash) {
+    if update.previous.is_some_and(|p| p.hash.is(&hash)) {
         // Labels, annotations or metadata only: nothing a pod sees has changed.
         ctx.metrics.skip(Skip::NoDataChange);
         ctx.metrics
@@ -597,7 +597,7 @@ mod tests {
         let entry = index
             .resource(&ResourceKey::new(ResourceKind::Secret, "pbfix", "app"))
             .expect("the Secret is indexed");
-        assert_eq!(&*entry.hash, secret_hash_typed(&want));
+        assert_eq!(entry.hash.to_string(), secret_hash_typed(&want));
         assert!(synced.load(std::sync::atomic::Ordering::SeqCst));
     }
 }

@@ -144,7 +144,7 @@ impl Writer {
         let current = halt.changes.iter().any(|c| {
             self.index
                 .resource(&ResourceKey::new(c.kind, &key.namespace, &c.name))
-                .is_none_or(|r| *r.hash == c.hash)
+                .is_none_or(|r| r.hash.is(&c.hash))
         });
         (!current).then_some("the resource changed again")
     }

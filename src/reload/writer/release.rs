@@ -100,7 +100,7 @@ impl Writer {
             let Some(resource) = self.index.resource(&rk) else {
                 continue;
             };
-            let hash = &*resource.hash;
+            let hash = &*resource.hash.to_string();
             if let Some((failed, reason)) = self.rollouts.unwritten_halt(&key.namespace, r, hash) {
                 let why = halted(r, &failed, reason.label(), "its halt is being written");
                 return Some((Deferred::Halt, why));

@@ -146,8 +146,8 @@ impl Writer {
             // only `--reload-on-delete` acts on). A resource deleted and created again since it was
             // queued is an update to the new content.
             let (hash, flags, event) = match self.index.resource(&rk) {
-                Some(e) => (e.hash, e.flags, Event::Update),
-                None => (Box::default(), ResourceFlags::default(), Event::Delete),
+                Some(e) => (e.hash.to_string(), e.flags, Event::Update),
+                None => (String::new(), ResourceFlags::default(), Event::Delete),
             };
             let owed = match event {
                 Event::Update => self.owed(key, &planned.working, r, &rk, &hash).await,
