@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use super::driver::{self, Handler, History, Watched};
+use super::workload_object::WorkloadObject;
 use super::{wait_for_api, Changed, Ctx, Sink, WatchPart};
 use crate::core::keys::KeyDigests;
 use crate::core::kinds::csi;
@@ -273,10 +274,10 @@ struct Workloads {
     namespace: Option<String>,
 }
 
-impl Handler<DynamicObject> for Workloads {
+impl Handler<WorkloadObject> for Workloads {
     type Key = WorkloadKey;
 
-    fn key(&self, obj: &DynamicObject) -> WorkloadKey {
+    fn key(&self, obj: &WorkloadObject) -> WorkloadKey {
         WorkloadKey {
             kind: self.kind,
             namespace: obj.namespace().unwrap_or_default(),
@@ -285,29 +286,23 @@ impl Handler<DynamicObject> for Workloads {
     }
 
     /// `live`: a workload of a first list goes to the catch-up; later sightings are checked here.
-    fn apply(&mut self, ctx: &Ctx, obj: DynamicObject, live: bool) {
-        let value = match serde_json::to_value(&obj) {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!(error = %e, "workload does not serialise; skipped");
-                return;
-            }
-        };
+    fn apply(&mut self, ctx: &Ctx, obj: WorkloadObject, live: bool) {
         let key = self.key(&obj);
-        let entry = WorkloadEntry::from_stored(&ctx.plan, &value, self.kind);
+        let value = &obj.object;
+        let entry = WorkloadEntry::from_stored(&ctx.plan, value, self.kind);
         if let Sink::Reload {
             triggers, rollouts, ..
         } = &ctx.sink
         {
             if key.kind == WorkloadKind::Deployment {
-                if let Some(at) = pause::resume_at(&ctx.plan.policy.keys, &value) {
+                if let Some(at) = pause::resume_at(&ctx.plan.policy.keys, value) {
                     triggers.resume_at(&key, at);
                 }
             }
             let generation = obj.metadata.generation.unwrap_or(0);
             rollouts.observe(&key, &entry, generation);
             if entry.release.progress == Progress::Progressing
-                && restart::restarts(&value, self.kind, ctx.plan.pod_restarts) == Restarts::Evict
+                && restart::restarts(value, self.kind, ctx.plan.pod_restarts) == Restarts::Evict
             {
                 triggers.restart_pods(&key);
             }
@@ -343,7 +338,11 @@ pub async fn workloads(
     namespace: Option<String>,
     ctx: Arc<Ctx>,
 ) {
-    let api = dynamic_api(client, namespace.as_deref(), &kind.api_resource());
+    let ar = kind.api_resource();
+    let api: Api<WorkloadObject> = match namespace.as_deref() {
+        Some(ns) => Api::namespaced_with(client, ns, &ar),
+        None => Api::all_with(client, &ar),
+    };
     let id = Watched::Workloads(kind).in_namespace(namespace.as_deref());
     let config = ctx.list_config(watcher::Config::default());
     driver::run(api, config, id, Workloads { kind, namespace }, ctx).await;

@@ -8,6 +8,7 @@ mod driver;
 mod handlers;
 mod pods;
 mod protobuf;
+mod workload_object;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
