@@ -1,4 +1,5 @@
-//! `rekindle migrate-values`: a values file written for Reloader's chart (2.2.x, Reloader v1.4.x) turned
+//! `rekindle migrate-values`: a values file written for Reloader's chart (2.2.x, Reloader v1.4.x, or
+//! 3.x, whose Enterprise parts have no equivalent) turned
 //! into one for rekindle's chart that runs the same controller: the same watched namespaces and RBAC
 //! scope, flags, annotation names, environment and pod placement. The mapping follows what Reloader's
 //! templates render, not its key names: a key that renders nothing there (`webhookUrl` without
@@ -18,7 +19,6 @@ pub struct Migration {
 
 /// Keys with no equivalent in rekindle, with the reason printed.
 const DROPPED: &[(&str, &str)] = &[
-    ("kubernetes.host", "Reloader's chart does not use it"),
     ("image", "rekindle's chart installs rekindle's image (set image.* on the rekindle chart to override)"),
     ("reloader.enablePProf", "rekindle serves no pprof"),
     ("reloader.pprofAddr", "rekindle serves no pprof"),
@@ -301,15 +301,47 @@ pub fn migrate(reloader: &Value, namespace: Option<&str>) -> Result<Migration, S
         env_vars(&env, &mut m);
     }
     monitors(&mut rest, &mut m);
+    enterprise(&mut rest, &mut m);
 
     let mut unknown = Vec::new();
     leaves(&rest, "", &mut unknown);
     for key in unknown {
         m.warnings.push(format!(
-            "{key}: not carried over: not a key of Reloader's chart 2.2.x"
+            "{key}: not carried over: not a key of Reloader's chart 2.2.x or 3.x"
         ));
     }
     Ok(m)
+}
+
+/// Keys with no equivalent whose chart default is not empty, with that default and the reason: named
+/// when set to anything else.
+const DROPPED_UNLESS_DEFAULT: &[(&str, &str, &str)] = &[
+    (
+        "kubernetes.host",
+        "https://kubernetes.default",
+        "Reloader's chart does not use it",
+    ),
+    ("global.host", "", ENTERPRISE),
+    ("global.gatewayBasePath", "/gateway", ENTERPRISE),
+    ("global.ingressScheme", "https", ENTERPRISE),
+];
+
+const ENTERPRISE: &str =
+    "Reloader Enterprise's console and gateway (chart 3.x); rekindle has neither";
+
+/// Chart 3.x's Reloader Enterprise (`enterprise`: console, gateway and cache), named when switched on;
+/// and the keys of [`DROPPED_UNLESS_DEFAULT`].
+fn enterprise(rest: &mut Value, m: &mut Migration) {
+    if take(rest, "enterprise").is_some_and(|e| e.get("enabled").is_some_and(truthy)) {
+        m.warnings.push(format!(
+            "enterprise.enabled: not carried over: {ENTERPRISE}"
+        ));
+    }
+    for (path, default, why) in DROPPED_UNLESS_DEFAULT {
+        if take(rest, path).is_some_and(|v| v != json!(default)) {
+            m.warnings.push(format!("{path}: not carried over: {why}"));
+        }
+    }
 }
 
 /// `ignoreSecrets`, `ignoreConfigMaps`, `ignoreJobs`, `ignoreCronJobs`, `reloadStrategy`.
@@ -482,6 +514,20 @@ fn replicas(rest: &mut Value, m: &mut Migration) {
     let asked = take(rest, "reloader.deployment.replicas")
         .and_then(|v| v.as_i64())
         .unwrap_or(1);
+    // Reloader's leader election timings, which its chart passes only with enableHA.
+    for key in ["leaseDuration", "renewDeadline", "retryPeriod"] {
+        let from = format!("reloader.leaderElection.{key}");
+        let Some(v) = take(rest, &from).filter(truthy) else {
+            continue;
+        };
+        if ha {
+            set(&mut m.values, &format!("rekindle.leaderElection.{key}"), v);
+        } else {
+            m.warnings.push(format!(
+                "{from}: not carried over: Reloader's chart passes it only with enableHA"
+            ));
+        }
+    }
     let runs = if ha { asked } else { asked.min(1) };
     let elects = ha || asked > 1;
     set(&mut m.values, "replicaCount", json!(runs.max(1)));
@@ -806,6 +852,47 @@ mod tests {
         );
         assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
         assert!(m.warnings[0].contains("env.secret.OTHER"));
+    }
+
+    /// Chart 3.x's new blocks as its values.yaml ships them say nothing; Enterprise switched on, or
+    /// served at a host, is named. Leader election timings follow enableHA, as Reloader's template.
+    #[test]
+    fn chart_3_enterprise_blocks_and_leader_election_timings() {
+        let shipped = json!({
+            "global": {"imageRegistry": "", "imagePullSecrets": [], "host": "",
+                "gatewayBasePath": "/gateway", "ingressScheme": "https"},
+            "kubernetes": {"host": "https://kubernetes.default"},
+            "enterprise": {"enabled": false, "console": {"enabled": true},
+                "gateway": {"enabled": true, "dragonfly": {"enabled": true}}},
+            "reloader": {"leaderElection": {"leaseDuration": "", "renewDeadline": "", "retryPeriod": ""}}
+        });
+        let m = values(shipped.clone());
+        assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+        assert!(m.values["rekindle"].get("leaderElection").is_none());
+
+        let mut on = shipped;
+        on["enterprise"]["enabled"] = json!(true);
+        on["global"]["host"] = json!("reloader.example.com");
+        on["reloader"]["enableHA"] = json!(true);
+        on["reloader"]["leaderElection"] = json!({"leaseDuration": "30s", "retryPeriod": "5s"});
+        let m = values(on.clone());
+        let warned = m.warnings.join("\n");
+        assert!(warned.contains("enterprise.enabled"), "{warned}");
+        assert!(warned.contains("global.host"), "{warned}");
+        assert_eq!(
+            m.values["rekindle"]["leaderElection"],
+            json!({"leaseDuration": "30s", "retryPeriod": "5s"})
+        );
+        on["reloader"]["enableHA"] = json!(false);
+        let m = values(on);
+        assert!(m.values["rekindle"].get("leaderElection").is_none());
+        assert!(
+            m.warnings
+                .iter()
+                .any(|w| w.starts_with("reloader.leaderElection.leaseDuration")),
+            "{:?}",
+            m.warnings
+        );
     }
 
     #[test]
