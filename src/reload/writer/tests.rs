@@ -974,3 +974,39 @@ async fn a_canary_the_replica_does_not_serve_holds_nothing() {
         assert_eq!(hold.is_some(), holds, "{hold:?}");
     }
 }
+
+/// Level-triggered: a workload queued by one change is planned for everything it owes, including a
+/// reference whose marker is behind the resource's current hash though its change never queued it.
+#[tokio::test]
+async fn a_reload_also_writes_a_stale_marker_its_causes_did_not_name() {
+    let mut workload = deployment("7");
+    workload["spec"]["template"]["spec"]["containers"][0]["envFrom"] =
+        json!([{"configMapRef": {"name": "cfg"}}, {"secretRef": {"name": "creds"}}]);
+    workload["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "STAKATER_CREDS_SECRET", "value": "s1"}]);
+    let (f, key, pending) = fixture(WorkloadKind::Deployment, "web", &workload, |_| {
+        (200, deployment("8"))
+    });
+    f.writer.index.update_resource(
+        &ResourceKey::new(ResourceKind::Secret, "ns", "creds"),
+        ResourceEntry {
+            hash: "s2".into(),
+            flags: Default::default(),
+        },
+        None,
+    );
+    assert!(f.writer.reload(&key, &pending).await);
+    let server = f.finish().await;
+    assert_eq!(summary(&server), [("PATCH".into(), DEPLOYMENT.into())]);
+    let env = server.requests[0].body["spec"]["template"]["spec"]["containers"][0]["env"].clone();
+    let value = |name: &str| {
+        env.as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(value("STAKATER_CFG_CONFIGMAP"), Some(json!("h2")), "{env}");
+    assert_eq!(value("STAKATER_CREDS_SECRET"), Some(json!("s2")), "{env}");
+    assert_eq!(server.events.len(), 2, "one Reloaded Event per resource");
+}

@@ -17,7 +17,7 @@ use crate::core::refs::ResourceRef;
 use crate::core::release::HaltedChange;
 use crate::core::restart::{self, Restarts};
 use crate::core::skeleton;
-use crate::core::WorkloadKind;
+use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{ErrorKind, ReadReason, Skip};
 use crate::reload::error::WriteError;
@@ -140,7 +140,7 @@ impl Writer {
             self.warn_invalid(key, uid, RELOAD_ON_ANNOTATION, &value, note)
                 .await;
         }
-        for r in pending.causes.keys() {
+        for r in &self.owed_refs(key, pending) {
             let rk = ResourceKey::new(r.kind, &key.namespace, &r.name);
             // What is owed is the resource as it is now: its current hash, or its deletion (which
             // only `--reload-on-delete` acts on). A resource deleted and created again since it was
@@ -189,6 +189,20 @@ impl Writer {
             });
         }
         Ok(planned)
+    }
+
+    /// What a due workload is planned for: the changes that queued it, and every other reference
+    /// whose marker is not the resource's current hash. Any trigger reloads all the workload owes, so
+    /// a change whose event never reached the queue goes with the next one instead of waiting for the
+    /// consistency pass. The causes alone time the reload (the latency metrics).
+    fn owed_refs(&self, key: &WorkloadKey, pending: &Pending) -> Vec<ResourceRef> {
+        let mut refs: Vec<ResourceRef> = pending.causes.keys().cloned().collect();
+        for r in self.index.stale_markers_of(key, &ResourceKind::ALL) {
+            if !refs.contains(&r) {
+                refs.push(r);
+            }
+        }
+        refs
     }
 
     /// What the workload's marker for `r` must be now (behaviour §14). A workload reading some keys
