@@ -164,6 +164,15 @@ impl State {
     }
 }
 
+/// When the apiserver wrote a change being recorded, for [`Index::update_resource_written`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Unix seconds.
+    pub at: i64,
+    /// A new resource counts as a change (`--reload-on-create`).
+    pub creations: bool,
+}
+
 /// The result of recording a resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceUpdate {
@@ -317,6 +326,20 @@ impl Index {
         entry: ResourceEntry,
         digests: Option<KeyDigests>,
     ) -> ResourceUpdate {
+        self.update_resource_written(key, entry, digests, None)
+    }
+
+    /// [`Index::update_resource`] for a change the apiserver wrote at `written`'s time (Unix
+    /// seconds): a changed hash is also remembered as a recent change ([`Index::missed_changes_of`]),
+    /// in the same lock section, so no workload can be confirmed between the two and miss it. A new
+    /// resource is remembered only when `written` says creations count.
+    pub fn update_resource_written(
+        &self,
+        key: &ResourceKey,
+        entry: ResourceEntry,
+        digests: Option<KeyDigests>,
+        written: Option<Written>,
+    ) -> ResourceUpdate {
         let mut state = self.write();
         match digests.filter(|_| state.wants_keys(key)) {
             Some(d) => state.key_digests.insert(key.clone(), d),
@@ -324,6 +347,9 @@ impl Index {
         };
         let previous = state.resources.insert(key.clone(), entry.clone());
         let changed = previous.as_ref().is_none_or(|p| p.hash != entry.hash);
+        if let Some(w) = written.filter(|w| changed && (previous.is_some() || w.creations)) {
+            state.changes.record(key, w.at, Instant::now());
+        }
         let dependents = if changed {
             state.dependents(key)
         } else {
@@ -506,6 +532,7 @@ impl Index {
 
     /// Remembers that a change of `key`, written by the apiserver at `written_at` (Unix seconds),
     /// triggered reloads of the workloads known then.
+    #[cfg(test)]
     pub fn record_change(&self, key: &ResourceKey, written_at: i64) {
         self.write().changes.record(key, written_at, Instant::now());
     }
@@ -802,6 +829,50 @@ mod tests {
         let (c, ec) = mk_deploy("ns", "c", "cfg", Some("h2"));
         index.apply_workload(c.clone(), ec);
         assert!(index.missed_changes_of(&c, Some(0)).is_empty());
+    }
+
+    /// A change is remembered in the lock section that stores it: a workload seen right after misses
+    /// nothing. An unchanged hash is no change, and a creation counts only when creations do.
+    #[test]
+    fn a_written_change_is_remembered_as_it_is_stored() {
+        let index = Index::new();
+        let written = |at, creations| Some(Written { at, creations });
+        index.update_resource_written(&cm_key("ns", "cfg"), entry("h1"), None, written(900, false));
+        index.update_resource_written(&cm_key("ns", "new"), entry("n1"), None, written(950, true));
+        let (a, ea) = mk_deploy("ns", "a", "cfg", None);
+        index.apply_workload(a.clone(), ea);
+        assert!(
+            index.missed_changes_of(&a, Some(800)).is_empty(),
+            "a creation with creations off is no change"
+        );
+        index.update_resource_written(
+            &cm_key("ns", "cfg"),
+            entry("h2"),
+            None,
+            written(1_000, false),
+        );
+        let cfg_ref = ResourceRef {
+            kind: ResourceKind::ConfigMap,
+            name: "cfg".into(),
+        };
+        assert_eq!(index.missed_changes_of(&a, Some(999)), vec![cfg_ref]);
+        let (b, eb) = mk_deploy("ns", "b", "new", None);
+        index.apply_workload(b.clone(), eb);
+        assert_eq!(
+            index.missed_changes_of(&b, Some(900)).len(),
+            1,
+            "a creation that counts"
+        );
+        // The same hash written again is not a change.
+        let (c, ec) = mk_deploy("ns", "c", "cfg", None);
+        index.apply_workload(c.clone(), ec);
+        index.update_resource_written(
+            &cm_key("ns", "cfg"),
+            entry("h2"),
+            None,
+            written(2_000, false),
+        );
+        assert!(index.missed_changes_of(&c, Some(1_500)).is_empty());
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::core::restart::{self, Restarts};
 use crate::core::rollout::Progress;
 use crate::core::window::RELOAD_WINDOW_ANNOTATION;
 use crate::core::{ResourceKind, WorkloadKind};
-use crate::index::{ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
+use crate::index::{ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey, Written};
 use crate::metrics::{Processed, Skip, WatchEventType};
 
 fn flags_of<K: Resource>(plan: &PlanConfig, obj: &K) -> ResourceFlags {
@@ -64,17 +64,25 @@ fn upsert(
     label: &str,
 ) {
     let observed = Instant::now();
-    let update = ctx.index.update_resource(
+    // Remembered only where changes reload (not with --webhook-url, which keeps no markers).
+    let written = written_at
+        .filter(|_| ctx.sink.triggers().is_some())
+        .map(|at| Written {
+            at,
+            creations: ctx.plan.reload_on_create,
+        });
+    let update = ctx.index.update_resource_written(
         &key,
         ResourceEntry {
             hash: hash.as_str().into(),
             flags,
         },
         digests,
+        written,
     );
-    let Some(written_at) = written_at else {
+    if written_at.is_none() {
         return;
-    };
+    }
     let created = update.previous.is_none();
     let event_type = if created {
         WatchEventType::Add
@@ -101,7 +109,6 @@ fn upsert(
             hash: &hash,
             flags,
             observed,
-            written_at: Some(written_at),
         },
     );
     ctx.metrics.processed(event_type, label, result);
@@ -125,7 +132,6 @@ fn remove(ctx: &Ctx, key: &ResourceKey, label: &str) {
             hash: &hash,
             flags: update.previous.map(|p| p.flags).unwrap_or_default(),
             observed,
-            written_at: None,
         },
     );
     ctx.metrics.processed(WatchEventType::Delete, label, result);

@@ -177,8 +177,6 @@ struct Changed<'a> {
     hash: &'a str,
     flags: ResourceFlags,
     observed: Instant,
-    /// The apiserver's time of the write (absent for deletes).
-    written_at: Option<i64>,
 }
 
 pub struct Ctx {
@@ -241,9 +239,6 @@ impl Ctx {
                 Processed::Notified
             }
             Sink::Reload { triggers, .. } => {
-                if let Some(at) = change.written_at {
-                    self.index.record_change(change.key, at);
-                }
                 let resource = ResourceRef {
                     kind: change.key.kind,
                     name: change.key.name.clone(),
