@@ -332,6 +332,17 @@ async fn a_walk_continues_across_a_restart_and_evicts_no_pod_twice() -> Result<(
     tokio::time::sleep(Duration::from_secs(3)).await;
     let first: BTreeMap<String, usize> = [("db-2".to_string(), 1)].into();
     assert_eq!(evictions(&ns.name), first, "held after the first eviction");
+    // `rekindle why` shows the walk from the cluster as it is: which pods are behind, and what it waits for.
+    let out = std::process::Command::new(e2e::rekindle_binary()?)
+        .args(["why", "sts/db", "-n", &ns.name, "-o", "json"])
+        .arg("--kubeconfig")
+        .arg(e2e::kubeconfig_path())
+        .output()?;
+    let why: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(why["state"], "restarting", "{why}");
+    assert_eq!(why["pods"]["behind"], json!(["db-0", "db-1"]), "{why}");
+    let next = why["pods"]["next"].as_str().unwrap_or_default();
+    assert!(next.starts_with("waiting for"), "{why}");
     rk.kill().await?;
 
     policy.remove(&client).await?;
@@ -736,6 +747,88 @@ async fn labelled_pods_of_a_reloaded_deployment_are_never_restarted_twice() -> R
         generation(&get_json(&deployments, "web").await?),
         2,
         "reloaded once"
+    );
+    rk.stop().await?;
+    ns.cleanup().await
+}
+
+/// rekindle killed in the middle of a walk over an operator's labelled pods, and started again: the
+/// new process reads from the pods' stamps which are behind and evicts none twice. The walk is held
+/// after its first eviction by refusing every new pod of the owner; the replacement exists before the
+/// restart (with none alive to count, the new process would take the owner for one pod smaller).
+#[tokio::test]
+async fn a_walk_over_labelled_pods_continues_across_a_restart_and_evicts_no_pod_twice() -> Result<()>
+{
+    let client = admin_client().await?;
+    let ns = TestNamespace::new(&client, "e2e-podgroup-restart").await?;
+    apply_yaml(&client, Some(&ns.name), CM).await?;
+    let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
+    apply_value(&client, Some(&ns.name), operator_replica_set(3)).await?;
+    let before = wait_for("three stamped Ready pods", WALK_TIMEOUT, || async {
+        let pods = labelled_pods(&client, &ns.name, "app=op").await?;
+        let ready = pods.len() == 3 && pods.iter().all(|p| p.ready && p.stamp.is_some());
+        Ok(ready.then_some(pods))
+    })
+    .await?;
+    let old = before[0].stamp.clone().unwrap_or_default();
+    // No marker env var on these pods: every new pod of `op` is refused.
+    let policy = refuse_new_pods(&client, &ns.name, &["op"], "NO_MARKER", "-").await?;
+
+    change(&client, &ns.name, "db-config", "two").await?;
+    wait_for("the first eviction", WALK_TIMEOUT, || async {
+        Ok((!evictions(&ns.name).is_empty()).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        evictions(&ns.name).len(),
+        1,
+        "held after the first eviction"
+    );
+    rk.kill().await?;
+
+    policy.remove(&client).await?;
+    wait_for(
+        "the replacement, stamped and Ready",
+        WALK_TIMEOUT,
+        || async {
+            let pods = labelled_pods(&client, &ns.name, "app=op").await?;
+            let alive: Vec<_> = pods.iter().filter(|p| !p.terminating).collect();
+            let replaced = alive.len() == 3
+                && alive.iter().all(|p| p.ready)
+                && alive
+                    .iter()
+                    .any(|p| p.stamp.as_deref().is_some_and(|s| s != old));
+            Ok(replaced.then_some(()))
+        },
+    )
+    .await?;
+    rk.restart().await?;
+    let deadline = tokio::time::Instant::now() + WALK_TIMEOUT;
+    let mut most_down = 0;
+    loop {
+        let pods = labelled_pods(&client, &ns.name, "app=op").await?;
+        let up = pods.iter().filter(|p| p.ready && !p.terminating).count();
+        most_down = most_down.max(3usize.saturating_sub(up));
+        let done = pods.len() == 3
+            && pods
+                .iter()
+                .all(|p| p.ready && !p.terminating && p.stamp.as_deref().is_some_and(|s| s != old));
+        if done {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the walk did not finish: {pods:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(most_down <= 1, "one pod down at a time, saw {most_down}");
+    let wanted: BTreeMap<String, usize> = before.iter().map(|p| (p.name.clone(), 1)).collect();
+    assert_eq!(
+        evictions(&ns.name),
+        wanted,
+        "each old pod evicted once across the restart"
     );
     rk.stop().await?;
     ns.cleanup().await

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use anyhow::{anyhow, Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Namespace};
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
@@ -23,6 +23,7 @@ use crate::core::plan::{self, Change, Event as PlanEvent, PlanConfig};
 use crate::core::policy::{Reason, ResourceFlags};
 use crate::core::refs::ResourceRef;
 use crate::core::release::Release;
+use crate::core::restart::{self, PodState, Restarts, Step};
 use crate::core::rollout::Progress;
 use crate::core::window::{window_of, Windows, RELOAD_WINDOW_ANNOTATION};
 use crate::core::{ResourceKind, WorkloadKind};
@@ -424,6 +425,15 @@ impl Cluster {
         } else {
             "owed"
         };
+        let pods = self.pod_restarts(kind, obj, &ns).await?;
+        let state = match &pods {
+            Some(p)
+                if state == "current" && p["behind"].as_array().is_some_and(|b| !b.is_empty()) =>
+            {
+                "restarting"
+            }
+            _ => state,
+        };
         let events = self.events(kind, &ns, &name).await?;
         let last_reload = events
             .iter()
@@ -435,8 +445,59 @@ impl Cluster {
             "state": state,
             "resources": resources,
             "deferred": deferred,
+            "pods": pods,
             "lastReload": last_reload,
         }))
+    }
+
+    /// Of a workload whose pods rekindle restarts by eviction: its pods still running older config
+    /// than its template, and what the walk does next (evict, or wait for which pod), as the leader's
+    /// next step would find them. `None` for any other workload.
+    async fn pod_restarts(
+        &self,
+        kind: WorkloadKind,
+        obj: &Value,
+        ns: &str,
+    ) -> Result<Option<Value>> {
+        if restart::restarts(obj, kind, self.cfg.pod_restarts) != Restarts::Evict {
+            return Ok(None);
+        }
+        let uid = obj
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some(selector) = restart::selector(obj) else {
+            return Ok(None);
+        };
+        let listed = Api::<Pod>::namespaced(self.client.clone(), ns)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .context("listing the workload's pods")?;
+        let template = restart::template_markers(&self.cfg, obj, kind);
+        let mut states: Vec<PodState> = listed
+            .items
+            .iter()
+            .filter_map(|pod| serde_json::to_value(pod).ok())
+            .filter(|pod| restart::owned_by(pod, uid))
+            .map(|pod| PodState::of(&self.cfg, &template, kind, &pod))
+            .collect();
+        states.sort_by(|a, b| a.name.cmp(&b.name));
+        let desired = restart::desired_pods(obj, kind);
+        let max_unavailable = restart::max_unavailable(obj, desired).unwrap_or(1);
+        let behind: Vec<&str> = states
+            .iter()
+            .filter(|p| p.behind && !p.terminating)
+            .map(|p| p.name.as_str())
+            .collect();
+        let next = match restart::step(desired, &states, max_unavailable) {
+            Step::Done => "nothing: every pod runs the template's config".to_string(),
+            Step::Wait { waiting_for } => format!("waiting for {waiting_for}"),
+            Step::Evict(names) => format!("evict {}", names.join(", ")),
+        };
+        Ok(Some(
+            json!({"restartedBy": "rekindle", "behind": behind, "next": next,
+            "maxUnavailable": max_unavailable}),
+        ))
     }
 
     /// The halt holding one of the owed changes: this workload's own or a peer's.
@@ -606,6 +667,18 @@ fn print(answer: &Value, output: Output, detail: bool) {
             "OWED: {} changed and nothing holds the reload back; the leader should write it",
             stale.join(", ")
         ),
+        "restarting" => format!(
+            "RESTARTING: its template is current; pods {} run older config, next: {}",
+            answer["pods"]["behind"]
+                .as_array()
+                .map(|b| b
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", "))
+                .unwrap_or_default(),
+            answer["pods"]["next"].as_str().unwrap_or("")
+        ),
         "halted" | "deferred" => format!(
             "{}: {}",
             state.to_uppercase(),
@@ -645,6 +718,13 @@ fn print(answer: &Value, output: Output, detail: bool) {
     }
     if let Some(until) = answer["deferred"]["until"].as_str() {
         println!("  until:    {until}");
+    }
+    if let Some(pods) = answer["pods"].as_object() {
+        let behind = pods["behind"].as_array().map_or(0, Vec::len);
+        println!(
+            "  pods: restarted by rekindle by eviction, {behind} behind; next: {}",
+            pods["next"].as_str().unwrap_or("")
+        );
     }
     match answer["lastReload"].as_object() {
         Some(last) => println!(
