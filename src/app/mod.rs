@@ -560,10 +560,12 @@ impl Watches<'_> {
                 watch::workloads(client.clone(), *kind, ns.map(String::from), ctx.clone()),
             );
         }
+        // Not waited for by readiness: an install whose RBAC predates pod restarts (no `watch` on
+        // pods) keeps reloading workloads, with this watch retrying and logging why.
         if ctx.plan.pod_restarts && ctx.sink.triggers().is_some() {
             self.start(
                 in_ns(Watched::LabelledPods),
-                Some(WatchPart::Workloads),
+                None,
                 watch::pods(client.clone(), ns.map(String::from), ctx.clone()),
             );
         }
