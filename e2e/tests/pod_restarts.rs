@@ -558,6 +558,50 @@ fn operator_replica_set(replicas: i64) -> Value {
     })
 }
 
+/// Waits until `n` pods selected by `selector` exist, every one Ready and stamped.
+async fn wait_stamped(
+    client: &Client,
+    ns: &str,
+    selector: &str,
+    n: usize,
+) -> Result<Vec<LabelledPod>> {
+    wait_for(
+        "the labelled pods, stamped and Ready",
+        WALK_TIMEOUT,
+        || async {
+            let pods = labelled_pods(client, ns, selector).await?;
+            let ready = pods.len() == n && pods.iter().all(|p| p.ready && p.stamp.is_some());
+            Ok(ready.then_some(pods))
+        },
+    )
+    .await
+}
+
+/// Follows the pods of `op` from LIST snapshots every 50 ms until `n` are Ready and `current`: the
+/// most seen down at once, and the pods then.
+async fn follow_labelled_walk(
+    client: &Client,
+    ns: &str,
+    n: usize,
+    current: impl Fn(&LabelledPod) -> bool,
+) -> Result<(usize, Vec<LabelledPod>)> {
+    let deadline = tokio::time::Instant::now() + WALK_TIMEOUT;
+    let mut most_down = 0;
+    loop {
+        let pods = labelled_pods(client, ns, "app=op").await?;
+        let up = pods.iter().filter(|p| p.ready && !p.terminating).count();
+        most_down = most_down.max(n.saturating_sub(up));
+        if pods.len() == n && pods.iter().all(|p| p.ready && !p.terminating && current(p)) {
+            return Ok((most_down, pods));
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the walk did not finish: {pods:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Pods of an owner rekindle does not write (a bare ReplicaSet), labelled `rekindle.io/restart: pods`:
 /// stamped at creation, evicted one at a time on a change (each once), every replacement stamped with
 /// the new hash, Events on the owner, and the owner never written.
@@ -569,12 +613,7 @@ async fn labelled_pods_of_another_owner_are_evicted_one_at_a_time_and_the_owner_
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
     apply_value(&client, Some(&ns.name), operator_replica_set(3)).await?;
-    let before = wait_for("three stamped Ready pods", WALK_TIMEOUT, || async {
-        let pods = labelled_pods(&client, &ns.name, "app=op").await?;
-        let ready = pods.len() == 3 && pods.iter().all(|p| p.ready && p.stamp.is_some());
-        Ok(ready.then_some(pods))
-    })
-    .await?;
+    let before = wait_stamped(&client, &ns.name, "app=op", 3).await?;
     let old = before[0].stamp.clone().unwrap_or_default();
     assert!(
         before
@@ -584,25 +623,10 @@ async fn labelled_pods_of_another_owner_are_evicted_one_at_a_time_and_the_owner_
     );
 
     change(&client, &ns.name, "db-config", "two").await?;
-    let deadline = tokio::time::Instant::now() + WALK_TIMEOUT;
-    let mut most_down = 0;
-    let after = loop {
-        let pods = labelled_pods(&client, &ns.name, "app=op").await?;
-        let up = pods.iter().filter(|p| p.ready && !p.terminating).count();
-        most_down = most_down.max(3usize.saturating_sub(up));
-        let done = pods.len() == 3
-            && pods
-                .iter()
-                .all(|p| p.ready && !p.terminating && p.stamp.as_deref().is_some_and(|s| s != old));
-        if done {
-            break pods;
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the walk did not finish: {pods:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (most_down, after) = follow_labelled_walk(&client, &ns.name, 3, |p| {
+        p.stamp.as_deref().is_some_and(|s| s != old)
+    })
+    .await?;
     assert!(most_down <= 1, "one pod down at a time, saw {most_down}");
     let old_uids: BTreeSet<&str> = before.iter().map(|p| p.uid.as_str()).collect();
     assert!(
@@ -661,12 +685,7 @@ async fn a_labelled_pod_without_a_controller_is_never_evicted() -> Result<()> {
     pod["kind"] = json!("Pod");
     pod["metadata"]["name"] = json!("lonely");
     apply_value(&client, Some(&ns.name), pod).await?;
-    let before = wait_for("the pod stamped and Ready", WALK_TIMEOUT, || async {
-        let pods = labelled_pods(&client, &ns.name, "app=op").await?;
-        let ready = pods.len() == 1 && pods[0].ready && pods[0].stamp.is_some();
-        Ok(ready.then_some(pods))
-    })
-    .await?;
+    let before = wait_stamped(&client, &ns.name, "app=op", 1).await?;
 
     change(&client, &ns.name, "db-config", "two").await?;
     let warned = wait_for("the Warning", WALK_TIMEOUT, || async {
@@ -707,16 +726,7 @@ async fn labelled_pods_of_a_reloaded_deployment_are_never_restarted_twice() -> R
         .build();
     web["spec"]["template"]["metadata"]["labels"]["rekindle.io/restart"] = json!("pods");
     apply_value(&client, Some(&ns.name), web).await?;
-    let before = wait_for(
-        "the Deployment's pod, stamped and Ready",
-        WALK_TIMEOUT,
-        || async {
-            let pods = labelled_pods(&client, &ns.name, "app=web").await?;
-            let ready = pods.len() == 1 && pods[0].ready && pods[0].stamp.is_some();
-            Ok(ready.then_some(pods))
-        },
-    )
-    .await?;
+    let before = wait_stamped(&client, &ns.name, "app=web", 1).await?;
 
     change(&client, &ns.name, "db-config", "two").await?;
     let deployments = dynamic_api(&client, "apps/v1", "Deployment", Some(&ns.name)).await?;
@@ -764,12 +774,7 @@ async fn a_walk_over_labelled_pods_continues_across_a_restart_and_evicts_no_pod_
     apply_yaml(&client, Some(&ns.name), CM).await?;
     let mut rk = Rekindle::start(&client, &[&ns.name], Options::default()).await?;
     apply_value(&client, Some(&ns.name), operator_replica_set(3)).await?;
-    let before = wait_for("three stamped Ready pods", WALK_TIMEOUT, || async {
-        let pods = labelled_pods(&client, &ns.name, "app=op").await?;
-        let ready = pods.len() == 3 && pods.iter().all(|p| p.ready && p.stamp.is_some());
-        Ok(ready.then_some(pods))
-    })
-    .await?;
+    let before = wait_stamped(&client, &ns.name, "app=op", 3).await?;
     let old = before[0].stamp.clone().unwrap_or_default();
     // No marker env var on these pods: every new pod of `op` is refused.
     let policy = refuse_new_pods(&client, &ns.name, &["op"], "NO_MARKER", "-").await?;
@@ -801,28 +806,10 @@ async fn a_walk_over_labelled_pods_continues_across_a_restart_and_evicts_no_pod_
     })
     .await?;
     rk.restart().await?;
-    let deadline = tokio::time::Instant::now() + WALK_TIMEOUT;
-    let mut most_down = 0;
-    loop {
-        let pods = labelled_pods(&client, &ns.name, "app=op").await?;
-        let up = pods.iter().filter(|p| p.ready && !p.terminating).count();
-        most_down = most_down.max(3usize.saturating_sub(up));
-        let done = pods.len() == 3
-            && pods.iter().all(|p| {
-                p.ready
-                    && !p.terminating
-                    && !old_uids.contains(&p.uid)
-                    && p.stamp.as_deref() != Some(old.as_str())
-            });
-        if done {
-            break;
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the walk did not finish: {pods:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (most_down, _) = follow_labelled_walk(&client, &ns.name, 3, |p| {
+        !old_uids.contains(&p.uid) && p.stamp.as_deref() != Some(old.as_str())
+    })
+    .await?;
     assert!(most_down <= 1, "one pod down at a time, saw {most_down}");
     let wanted: BTreeMap<String, usize> = before.iter().map(|p| (p.name.clone(), 1)).collect();
     assert_eq!(

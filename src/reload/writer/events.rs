@@ -129,7 +129,7 @@ impl Writer {
 }
 
 /// The workload `key` as the object of an Event.
-fn subject(key: &WorkloadKey, uid: Option<&str>) -> ObjectReference {
+pub(super) fn subject(key: &WorkloadKey, uid: Option<&str>) -> ObjectReference {
     ObjectReference {
         api_version: Some(key.kind.api_version().to_string()),
         kind: Some(key.kind.name().to_string()),

@@ -14,7 +14,7 @@ use kube::runtime::events::EventType;
 use kube::Api;
 use serde_json::Value;
 
-use super::Writer;
+use super::{events, Writer};
 use crate::core::pod_groups;
 use crate::core::refs::ResourceRef;
 use crate::core::restart::{self, PodState, Restarts, Step};
@@ -52,18 +52,6 @@ struct WalkInput {
 
 /// A walk to take one step on, or when to look again (`None`: never, the walk has ended).
 type Read = ControlFlow<Option<Duration>, WalkInput>;
-
-/// The workload `key` as the object of the walk's Events.
-fn subject_of(key: &WorkloadKey, uid: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(key.kind.api_version().to_string()),
-        kind: Some(key.kind.name().to_string()),
-        name: Some(key.name.clone()),
-        namespace: Some(key.namespace.clone()),
-        uid: Some(uid.to_string()),
-        ..Default::default()
-    }
-}
 
 impl Writer {
     /// One step of the pod-restart walk of `key`; when to look again, or `None` when every pod runs
@@ -123,7 +111,7 @@ impl Writer {
             return Ok(ControlFlow::Break(Some(WALK_RECHECK)));
         }
         let uid = obj.metadata.uid.clone().unwrap_or_default();
-        let subject = subject_of(key, &uid);
+        let subject = events::subject(key, Some(&uid));
         let Some(selector) = restart::selector(&workload) else {
             let note =
                 "its selector cannot be read as a label query; no pod is restarted".to_string();
