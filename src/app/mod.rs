@@ -11,7 +11,7 @@ use std::sync::Arc;
 use supervisor::{until_stopped, Critical};
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -524,10 +524,21 @@ impl Watches<'_> {
         if !config.ignore_secrets {
             // Helm release blobs are large and never mounted: keep them out of the watch.
             let wc = label_config(watcher::Config::default().fields("type!=helm.sh/release.v1"));
+            let api: Api<Secret> = match ns {
+                Some(n) => Api::namespaced(client.clone(), n),
+                None => Api::all(client.clone()),
+            };
             self.start(
                 in_ns(Watched::Resources(ResourceKind::Secret)),
                 Some(WatchPart::Resources(ResourceKind::Secret)),
-                watch::secrets(client.clone(), wc, ns.map(String::from), ctx.clone()),
+                watch::resources(
+                    api,
+                    wc,
+                    ResourceKind::Secret,
+                    "secrets",
+                    ns.map(String::from),
+                    ctx.clone(),
+                ),
             );
         }
         if config.enable_csi {

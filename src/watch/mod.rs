@@ -19,7 +19,7 @@ use kube::Client;
 use tokio::time::Instant;
 
 pub use driver::{WatchId, Watched};
-pub use handlers::{namespaces, optional_workloads, resources, secrets, spcps, spcs, workloads};
+pub use handlers::{namespaces, optional_workloads, resources, spcps, spcs, workloads};
 pub use pods::pods;
 
 use crate::config::scope::ScopeFilter;

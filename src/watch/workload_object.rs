@@ -25,14 +25,21 @@ pub struct WorkloadObject {
     pub object: Value,
 }
 
-impl<'de> Deserialize<'de> for WorkloadObject {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let object = d.deserialize_map(ObjectVisitor)?;
+impl WorkloadObject {
+    /// The object already decoded (from protobuf), its metadata typed from it.
+    pub fn from_value(object: Value) -> Result<Self, serde_json::Error> {
         let metadata = match object.get("metadata") {
-            Some(meta) => ObjectMeta::deserialize(meta).map_err(de::Error::custom)?,
+            Some(meta) => ObjectMeta::deserialize(meta)?,
             None => ObjectMeta::default(),
         };
         Ok(Self { metadata, object })
+    }
+}
+
+impl<'de> Deserialize<'de> for WorkloadObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let object = d.deserialize_map(ObjectVisitor)?;
+        Self::from_value(object).map_err(de::Error::custom)
     }
 }
 
