@@ -311,8 +311,8 @@ pub struct ServerArgs {
     pub tls_min_version: TlsVersion,
     /// How watches get their first state: `true` streams it as watch events (`sendInitialEvents`, no
     /// pages held in memory), `false` lists in pages, `auto` streams on Kubernetes 1.34 and later (where
-    /// the apiserver serves it by default). Streamed, Secrets are watched in protobuf (JSON where the
-    /// apiserver does not serve it).
+    /// the apiserver serves it by default). Streamed, ConfigMaps, Secrets and Deployments are watched in
+    /// protobuf (JSON where the apiserver does not serve it).
     #[arg(long, default_value = "auto", value_parser = auto_or_bool)]
     pub streaming_lists: AutoBool,
     /// Offer HTTP/2 on the webhook port as well as HTTP/1.1 (off: one request per stream keeps a

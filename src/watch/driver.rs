@@ -273,7 +273,7 @@ mod tests {
         Watched::Resources(ResourceKind::ConfigMap).in_namespace(None)
     }
 
-    /// A watch that goes on in another stream (the Secrets' protobuf stream ending, JSON taking over)
+    /// A watch that goes on in another stream (a protobuf stream ending, JSON taking over)
     /// treats the new stream's first list as a re-list: what changed or went meanwhile is acted on.
     #[tokio::test]
     async fn a_stream_taking_over_from_a_synced_one_relists() {

@@ -195,6 +195,16 @@ impl Writer {
             tracing::warn!(configmap = %name, %why, "not a record of a Job to re-create; left alone");
         }
         for record in left {
+            let key = WorkloadKey {
+                kind: WorkloadKind::Job,
+                namespace: record.namespace.clone(),
+                name: record.name.clone(),
+            };
+            if !self.rollouts.serves(&key) {
+                // Another installation sharing this namespace for its records, scoped elsewhere:
+                // the Job is its to create.
+                continue;
+            }
             let jobs: Api<DynamicObject> = Api::namespaced_with(
                 self.client.clone(),
                 &record.namespace,

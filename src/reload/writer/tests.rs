@@ -1010,3 +1010,61 @@ async fn a_reload_also_writes_a_stale_marker_its_causes_did_not_name() {
     assert_eq!(value("STAKATER_CREDS_SECRET"), Some(json!("s2")), "{env}");
     assert_eq!(server.events.len(), 2, "one Reloaded Event per resource");
 }
+
+/// A record left in a records namespace shared with another installation: a Job outside this
+/// replica's scope is left to that installation (not read, not created), one inside is finished.
+#[tokio::test]
+async fn records_of_jobs_outside_the_scope_are_left_alone() {
+    use crate::reload::recreate::{Record, Records};
+    let (client, handle) = crate::mock_api::client();
+    let record = |namespace: &str| {
+        Record {
+            namespace: namespace.into(),
+            name: "migrate".into(),
+            old_uid: format!("uid-{namespace}"),
+            job: json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "migrate", "namespace": namespace}}),
+        }
+        .to_configmap()
+    };
+    let list = json!({"apiVersion": "v1", "kind": "ConfigMapList", "metadata": {},
+        "items": [record("theirs"), record("ours")]});
+    let server = tokio::spawn(serve(handle, move |seen| match seen.method {
+        Method::GET if seen.path.contains("/configmaps") => (200, list.clone()),
+        // The Job is still there under its old uid: nothing to create, the record goes.
+        Method::GET => (
+            200,
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "migrate", "namespace": "ours", "uid": "uid-ours"}}),
+        ),
+        _ => (
+            200,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+        ),
+    }));
+    let writer = writer_serving(ScopeFilter::new(&Scope {
+        namespaces: Some(["ours".to_string()].into()),
+        ..Default::default()
+    }));
+    let writer = Writer {
+        client: client.clone(),
+        recreates: Some(Records::new(client, "rekindle-system")),
+        ..writer
+    };
+    writer.finish_recreates().await;
+    drop(writer);
+    let seen = server.await.unwrap();
+    let paths = summary(&seen);
+    assert!(
+        paths
+            .iter()
+            .all(|(_, p)| !p.contains("/namespaces/theirs/")),
+        "{paths:?}"
+    );
+    assert!(
+        paths
+            .iter()
+            .any(|(m, p)| m == "GET" && p.ends_with("/namespaces/ours/jobs/migrate")),
+        "{paths:?}"
+    );
+}
