@@ -288,18 +288,27 @@ fn ensure_ca(dir: &Path) -> Result<(Ca, bool)> {
     ))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn ensure_leaf(
-    dir: &Path,
-    name: &str,
-    ca: &Ca,
-    force: bool,
-    cn: &str,
-    orgs: &[String],
-    hosts: &[String],
+/// A certificate signed by the CA: `<name>.crt` and `<name>.key`.
+struct Leaf<'a> {
+    name: &'a str,
+    cn: &'a str,
+    orgs: &'a [String],
+    hosts: &'a [String],
+    /// A server's certificate (TLS server auth), or a client's.
     server: bool,
     days: i64,
-) -> Result<()> {
+}
+
+/// Writes `leaf` unless a valid one for the same names is there (or `force`, after a new CA).
+fn ensure_leaf(dir: &Path, ca: &Ca, force: bool, leaf: &Leaf<'_>) -> Result<()> {
+    let Leaf {
+        name,
+        cn,
+        orgs,
+        hosts,
+        server,
+        days,
+    } = *leaf;
     let (crt, key) = (
         dir.join(format!("{name}.crt")),
         dir.join(format!("{name}.key")),
@@ -368,39 +377,35 @@ fn local(out: &Path, webhook_hosts: &[String], days: i64) -> Result<()> {
     ]
     .map(String::from)
     .to_vec();
-    ensure_leaf(
-        out,
-        "apiserver",
-        &ca,
-        new_ca,
-        "kube-apiserver",
-        &[],
-        &apiserver_hosts,
-        true,
-        days,
-    )?;
-    ensure_leaf(
-        out,
-        "admin",
-        &ca,
-        new_ca,
-        "e2e-admin",
-        &["system:masters".into()],
-        &[],
-        false,
-        days,
-    )?;
-    ensure_leaf(
-        out,
-        "webhook",
-        &ca,
-        new_ca,
-        "rekindle-webhook",
-        &[],
-        webhook_hosts,
-        true,
-        days,
-    )?;
+    let leaves = [
+        Leaf {
+            name: "apiserver",
+            cn: "kube-apiserver",
+            orgs: &[],
+            hosts: &apiserver_hosts,
+            server: true,
+            days,
+        },
+        Leaf {
+            name: "admin",
+            cn: "e2e-admin",
+            orgs: &["system:masters".into()],
+            hosts: &[],
+            server: false,
+            days,
+        },
+        Leaf {
+            name: "webhook",
+            cn: "rekindle-webhook",
+            orgs: &[],
+            hosts: webhook_hosts,
+            server: true,
+            days,
+        },
+    ];
+    for leaf in &leaves {
+        ensure_leaf(out, &ca, new_ca, leaf)?;
+    }
     ensure_sa_keys(out, new_ca)
 }
 
@@ -435,7 +440,15 @@ fn run(command: Cmd) -> Result<()> {
                     &std::fs::read_to_string(out.join("ca.key")).context("reading ca.key")?,
                 )?,
             };
-            ensure_leaf(&out, &name, &ca, false, &cn, &orgs, &[], false, days)
+            let leaf = Leaf {
+                name: &name,
+                cn: &cn,
+                orgs: &orgs,
+                hosts: &[],
+                server: false,
+                days,
+            };
+            ensure_leaf(&out, &ca, false, &leaf)
         }
         Cmd::Cluster {
             namespace,

@@ -8,7 +8,7 @@ mod supervisor;
 use clients::{clients, instance_name, self_username, streaming_lists};
 use housekeeping::Housekeeping;
 use std::sync::Arc;
-use supervisor::{until_stopped, Critical};
+use supervisor::{until_stopped, Beside, Critical};
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -101,6 +101,7 @@ async fn run(config: Config) -> Result<()> {
     // Admin server first, so probes answer (503) while the watches sync.
     let live = writer_live_check(queue.clone(), leadership.clone());
     let admin_task = serve_admin(&config, health.clone(), registry, live, &shutdown).await?;
+    let mut beside = Beside::default();
 
     let rollouts = Rollouts::new(
         config.max_rollouts_in_progress,
@@ -109,7 +110,15 @@ async fn run(config: Config) -> Result<()> {
         scope.clone(),
         metrics.clone(),
     );
-    let sink = sink(&config, &index, &queue, &scope, &metrics, rollouts)?;
+    let sink = sink(
+        &config,
+        &index,
+        &queue,
+        &scope,
+        &metrics,
+        rollouts,
+        &mut beside,
+    )?;
     let catch_up = sink
         .triggers()
         .map(|triggers| CatchUp::new(index.clone(), triggers.clone(), leadership.clone()));
@@ -124,28 +133,34 @@ async fn run(config: Config) -> Result<()> {
         catch_up,
     });
     let kinds = builtin.iter().chain(optional.iter()).copied().collect();
-    let webhook_task = start_webhook(&config, &client, &health, &ctx, kinds, &shutdown).await?;
+    let webhook_task = start_webhook(
+        &config,
+        &client,
+        &health,
+        &ctx,
+        kinds,
+        &shutdown,
+        &mut beside,
+    )
+    .await?;
     let watches = spawn_watches(&client, &config, &ctx, &builtin, &optional);
     // Every start-up watch is registered: only now may the last one to sync make the process ready.
     ready.seal();
-    let reloads = start_reloads(
+    let writer_task = start_reloads(
         &config,
         &write_client,
         &ctx,
         &leadership,
         &health,
         &shutdown,
+        &mut beside,
     )?;
     let housekeeping = housekeeping(&config, &ctx, &leadership);
     let housekeeping = tokio::spawn(housekeeping.run(shutdown.clone()));
 
-    let (writer_task, beside) = match reloads {
-        Some(t) => (Some(t.writer), t.beside),
-        None => (None, Vec::new()),
-    };
     let tasks = Critical {
         writer: writer_task,
-        beside: beside.into_iter().map(|(n, t)| (n, Some(t))).collect(),
+        beside,
         election,
         webhook: webhook_task,
         admin: Some(admin_task),
@@ -164,9 +179,14 @@ fn sink(
     scope: &Arc<ScopeFilter>,
     metrics: &Arc<Metrics>,
     rollouts: Arc<Rollouts>,
+    beside: &mut Beside,
 ) -> Result<Sink> {
     Ok(match &config.webhook_url {
-        Some(url) => Sink::Notify(Notifier::new(url, metrics.clone())?),
+        Some(url) => {
+            let (notifier, sender) = Notifier::new(url, metrics.clone())?;
+            beside.add("the --webhook-url sender", sender);
+            Sink::Notify(notifier)
+        }
         None => Sink::Reload {
             triggers: Triggers::new(index.clone(), queue.clone(), scope.clone(), metrics.clone()),
             rollouts,
@@ -183,6 +203,7 @@ async fn start_webhook(
     ctx: &Ctx,
     kinds: Vec<WorkloadKind>,
     shutdown: &CancellationToken,
+    beside: &mut Beside,
 ) -> Result<Option<JoinHandle<()>>> {
     let metrics = &ctx.metrics;
     let admission = Admission {
@@ -197,7 +218,7 @@ async fn start_webhook(
             .admission_lookup
             .then(|| admission_lookup(config, client, health, metrics)),
     };
-    serve_webhook(config, Arc::new(admission), metrics, shutdown).await
+    serve_webhook(config, Arc::new(admission), metrics, shutdown, beside).await
 }
 
 /// The writer and what runs beside it, when changes are reloaded (not with `--webhook-url`).
@@ -208,7 +229,8 @@ fn start_reloads(
     leadership: &Leadership,
     health: &Arc<Health>,
     shutdown: &CancellationToken,
-) -> Result<Option<WriterTasks>> {
+    beside: &mut Beside,
+) -> Result<Option<JoinHandle<()>>> {
     let Sink::Reload { triggers, rollouts } = &ctx.sink else {
         tracing::info!("--webhook-url: changes are POSTed there; no workload is touched");
         return Ok(None);
@@ -220,8 +242,15 @@ fn start_reloads(
         triggers.queue(),
         leadership,
         rollouts.clone(),
+        beside,
     )?;
-    Ok(Some(start_writer(writer, write_client, health, shutdown)))
+    Ok(Some(start_writer(
+        writer,
+        write_client,
+        health,
+        shutdown,
+        beside,
+    )))
 }
 
 /// The catch-up as the first sync proceeds, then the periodic consistency pass.
@@ -261,20 +290,14 @@ fn writer_live_check(queue: Arc<Queue>, leadership: Leadership) -> admin::LiveCh
     })
 }
 
-/// The writer's task, and the tasks beside it (each by its name): the supervision of its rollouts and
-/// the write connection kept warm.
-struct WriterTasks {
-    writer: JoinHandle<()>,
-    beside: Vec<(String, JoinHandle<()>)>,
-}
-
-/// Starts the writer, with the supervision of its rollouts and the write connection kept warm.
+/// Starts the writer, with the supervision of its rollouts and the write connection kept warm beside it.
 fn start_writer(
     writer: Arc<Writer>,
     write_client: &Client,
     health: &Arc<Health>,
     shutdown: &CancellationToken,
-) -> WriterTasks {
+    beside: &mut Beside,
+) -> JoinHandle<()> {
     let synced = {
         let health = health.clone();
         move || health.is_ready()
@@ -285,13 +308,9 @@ fn start_writer(
         warm::INTERVAL,
         shutdown.clone(),
     ));
-    WriterTasks {
-        writer: tokio::spawn(writer.run(shutdown.clone())),
-        beside: vec![
-            ("the rollout supervision".into(), supervision),
-            ("the writer's warm connection".into(), warm),
-        ],
-    }
+    beside.add("the rollout supervision", supervision);
+    beside.add("the writer's warm connection", warm);
+    tokio::spawn(writer.run(shutdown.clone()))
 }
 
 /// The workload kinds to watch: built-in kinds are always served; Argo Rollouts (when enabled) and
@@ -398,6 +417,7 @@ async fn serve_webhook(
     admission: Arc<Admission>,
     metrics: &Metrics,
     shutdown: &CancellationToken,
+    beside: &mut Beside,
 ) -> Result<Option<tokio::task::JoinHandle<()>>> {
     let (Some(cert), Some(key)) = (&config.tls_cert_file, &config.tls_key_file) else {
         tracing::warn!("no --tls-cert-file/--tls-key-file: the admission webhook is off; workloads are found by the watch only");
@@ -410,7 +430,10 @@ async fn serve_webhook(
         .await
         .with_context(|| format!("binding --webhook-addr {}", config.webhook_addr))?;
     tracing::info!(addr = %listener.local_addr()?, "admission webhook listening");
-    certs.keep_fresh(metrics.tls_cert_not_after.clone(), shutdown.clone());
+    beside.add(
+        "the certificate refresh",
+        certs.keep_fresh(metrics.tls_cert_not_after.clone(), shutdown.clone()),
+    );
     Ok(Some(tokio::spawn(tls::serve(
         listener,
         tls_config,
@@ -426,6 +449,7 @@ fn writer(
     queue: &Arc<Queue>,
     leadership: &Leadership,
     rollouts: Arc<Rollouts>,
+    beside: &mut Beside,
 ) -> Result<Arc<Writer>> {
     let metrics = &ctx.metrics;
     let reporter = Reporter {
@@ -435,7 +459,9 @@ fn writer(
     let alerter = match config.alerts.clone() {
         Some(alerts) => {
             tracing::info!(sink = ?alerts.sink, "alerts after reloads on");
-            Some(Alerter::start(alerts, metrics.clone())?)
+            let (alerter, sender) = Alerter::start(alerts, metrics.clone())?;
+            beside.add("the alert sender", sender);
+            Some(alerter)
         }
         None => None,
     };
@@ -515,7 +541,6 @@ impl Watches<'_> {
                     api,
                     label_config(watcher::Config::default()),
                     ResourceKind::ConfigMap,
-                    "configmaps",
                     ns.map(String::from),
                     ctx.clone(),
                 ),
@@ -535,7 +560,6 @@ impl Watches<'_> {
                     api,
                     wc,
                     ResourceKind::Secret,
-                    "secrets",
                     ns.map(String::from),
                     ctx.clone(),
                 ),

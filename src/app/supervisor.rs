@@ -20,10 +20,22 @@ pub(super) struct Critical {
     pub(super) webhook: Option<JoinHandle<()>>,
     pub(super) admin: Option<JoinHandle<()>>,
     pub(super) housekeeping: Option<JoinHandle<()>>,
-    /// The writer's companions by name (the rollout supervision, the warm connection).
-    pub(super) beside: Vec<(String, Option<JoinHandle<()>>)>,
+    /// The tasks that serve these, each by its name.
+    pub(super) beside: Beside,
     /// Each watch by its name (`configmaps/<namespace>`, `Deployment/*`, ...).
     pub(super) watches: Vec<(String, Option<JoinHandle<()>>)>,
+}
+
+/// The tasks that serve a critical one (the rollout supervision, the writer's warm connection, the
+/// certificate refresh, the `--webhook-url` and alert senders), each by its name: as critical as what
+/// they serve, since without them it goes on silently doing less.
+#[derive(Default)]
+pub(super) struct Beside(Vec<(String, Option<JoinHandle<()>>)>);
+
+impl Beside {
+    pub(super) fn add(&mut self, name: &str, task: JoinHandle<()>) {
+        self.0.push((name.into(), Some(task)));
+    }
 }
 
 impl Critical {
@@ -41,7 +53,7 @@ impl Critical {
                 &mut self.housekeeping,
             ),
         ];
-        for (name, task) in &mut self.beside {
+        for (name, task) in &mut self.beside.0 {
             slots.push((name.clone(), task));
         }
         for (name, task) in &mut self.watches {
@@ -64,7 +76,7 @@ impl Critical {
             let _ = t.await;
         }
         writes_done.cancel();
-        for (_, t) in &mut self.beside {
+        for (_, t) in &mut self.beside.0 {
             if let Some(t) = t.take() {
                 t.abort();
             }
@@ -188,7 +200,7 @@ mod tests {
             webhook: None,
             admin: None,
             housekeeping: None,
-            beside: Vec::new(),
+            beside: Beside::default(),
             watches: watches
                 .into_iter()
                 .map(|(n, t)| (n.to_string(), Some(t)))
@@ -239,10 +251,10 @@ mod tests {
         // The tasks beside the writer are supervised too: the rollout supervision writes no halt and
         // wakes no deferred reload once it is gone.
         let mut beside = critical(forever(), vec![]);
-        beside.beside = vec![(
-            "the rollout supervision".into(),
-            Some(tokio::spawn(async { panic!("boom") })),
-        )];
+        beside.beside.add(
+            "the rollout supervision",
+            tokio::spawn(async { panic!("boom") }),
+        );
         assert_eq!(
             beside.first_to_end().await,
             ("the rollout supervision".into(), "panicked".into())

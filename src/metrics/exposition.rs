@@ -65,13 +65,14 @@ pub fn encode(registry: &Registry, format: Format) -> Result<String, std::fmt::E
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::WorkloadKind;
     use crate::metrics::Metrics;
 
     fn registry() -> Registry {
         let mut registry = Registry::default();
         let m = Metrics::new(&mut registry, true);
-        m.reload_done("team-a", "Deployment", true, 0.2);
-        m.reload_done("team-a", "Deployment", true, 0.2);
+        m.reload_done("team-a", WorkloadKind::Deployment, true, 0.2);
+        m.reload_done("team-a", WorkloadKind::Deployment, true, 0.2);
         registry
     }
 

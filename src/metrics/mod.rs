@@ -14,6 +14,9 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
+use crate::core::WorkloadKind;
+use crate::watch::Watched;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SuccessLabels {
     pub success: String,
@@ -470,7 +473,7 @@ impl Metrics {
             .inc();
     }
 
-    pub fn reload_done(&self, namespace: &str, kind: &str, ok: bool, seconds: f64) {
+    pub fn reload_done(&self, namespace: &str, kind: WorkloadKind, ok: bool, seconds: f64) {
         let success = if ok { "true" } else { "false" };
         self.reload_executed
             .get_or_create(&SuccessLabels {
@@ -488,13 +491,13 @@ impl Metrics {
         let result = if ok { "success" } else { "error" };
         self.action
             .get_or_create(&ActionLabels {
-                workload_kind: kind.into(),
+                workload_kind: kind.name().into(),
                 result: result.into(),
             })
             .inc();
         self.action_latency
             .get_or_create(&KindLabels {
-                workload_kind: kind.into(),
+                workload_kind: kind.name().into(),
             })
             .observe(seconds);
     }
@@ -507,11 +510,11 @@ impl Metrics {
             .inc();
     }
 
-    pub fn event(&self, event: WatchEventType, resource_type: &str) {
+    pub fn event(&self, event: WatchEventType, watched: Watched) {
         self.events_received
             .get_or_create(&EventLabels {
                 event_type: event.label().into(),
-                resource_type: resource_type.into(),
+                resource_type: watched.resource(),
             })
             .inc();
     }
@@ -530,11 +533,11 @@ impl Metrics {
     }
 
     /// A resource watch event after handling.
-    pub fn processed(&self, event: WatchEventType, resource_type: &str, result: Processed) {
+    pub fn processed(&self, event: WatchEventType, watched: Watched, result: Processed) {
         self.events_processed
             .get_or_create(&ProcessedLabels {
                 event_type: event.label().into(),
-                resource_type: resource_type.into(),
+                resource_type: watched.resource(),
                 result: result.label().into(),
             })
             .inc();
@@ -551,15 +554,19 @@ impl Metrics {
             .observe(seconds);
     }
 
-    pub fn scanned(&self, kind: &str) {
+    pub fn scanned(&self, kind: WorkloadKind) {
         self.workloads_scanned
-            .get_or_create(&WorkloadKindLabels { kind: kind.into() })
+            .get_or_create(&WorkloadKindLabels {
+                kind: kind.name().into(),
+            })
             .inc();
     }
 
-    pub fn matched(&self, kind: &str) {
+    pub fn matched(&self, kind: WorkloadKind) {
         self.workloads_matched
-            .get_or_create(&WorkloadKindLabels { kind: kind.into() })
+            .get_or_create(&WorkloadKindLabels {
+                kind: kind.name().into(),
+            })
             .inc();
     }
 
@@ -576,6 +583,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::ResourceKind;
 
     /// The metrics reference's `rekindle_errors_total` row names every failure mode the code counts.
     #[test]
@@ -595,12 +603,19 @@ mod tests {
     fn reloader_names_are_exact() {
         let mut registry = Registry::default();
         let m = Metrics::new(&mut registry, true);
-        m.reload_done("ns", "Deployment", true, 0.01);
+        m.reload_done("ns", WorkloadKind::Deployment, true, 0.01);
         m.skip(Skip::NoDataChange);
-        m.event(WatchEventType::Update, "configmaps");
+        m.event(
+            WatchEventType::Update,
+            Watched::Resources(ResourceKind::ConfigMap),
+        );
         m.error(ErrorKind::Reload);
-        m.processed(WatchEventType::Update, "configmaps", Processed::Queued);
-        m.scanned("Deployment");
+        m.processed(
+            WatchEventType::Update,
+            Watched::Resources(ResourceKind::ConfigMap),
+            Processed::Queued,
+        );
+        m.scanned(WorkloadKind::Deployment);
         m.reconciled(0.0001);
         let out = exposition::encode(&registry, exposition::Format::Classic).unwrap();
         for line in [

@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use axum::body::Bytes;
 use hyper::Uri;
 use serde_json::json;
+use tokio::task::JoinHandle;
 
 use crate::metrics::{ErrorKind, Metrics};
 use crate::outbound::http::{Destination, HttpClient, Outbox};
@@ -104,7 +105,8 @@ pub struct Alerter {
 }
 
 impl Alerter {
-    pub fn start(cfg: AlertConfig, metrics: Arc<Metrics>) -> Result<Arc<Self>> {
+    /// Starts the background sender; its task is returned for the caller to supervise.
+    pub fn start(cfg: AlertConfig, metrics: Arc<Metrics>) -> Result<(Arc<Self>, JoinHandle<()>)> {
         let url: Uri = cfg
             .url
             .parse()
@@ -120,15 +122,16 @@ impl Alerter {
             retries: 2,
         };
         let failure_metrics = metrics.clone();
-        let outbox = Outbox::start(destination, QUEUE, move |e| {
+        let (outbox, sender) = Outbox::start(destination, QUEUE, move |e| {
             failure_metrics.error(ErrorKind::Alert);
             tracing::warn!(error = %e, "reload alert not delivered");
         });
-        Ok(Arc::new(Self {
+        let alerter = Self {
             cfg,
             outbox,
             metrics,
-        }))
+        };
+        Ok((Arc::new(alerter), sender))
     }
 
     /// Queues an alert; never waits.

@@ -12,6 +12,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use backon::Retryable;
 
@@ -149,21 +150,22 @@ pub struct Outbox {
 }
 
 impl Outbox {
-    /// Starts the sender (needs a Tokio runtime); `failed` hears of each body not delivered.
+    /// Starts the sender (needs a Tokio runtime); `failed` hears of each body not delivered. The
+    /// sender's task is returned for the caller to supervise: without it, bodies are only dropped.
     pub fn start(
         destination: Destination,
         queue: usize,
         failed: impl Fn(Undelivered) + Send + 'static,
-    ) -> Self {
+    ) -> (Self, JoinHandle<()>) {
         let (tx, mut rx) = mpsc::channel::<(&'static str, Bytes)>(queue);
-        tokio::spawn(async move {
+        let sender = tokio::spawn(async move {
             while let Some((content_type, body)) = rx.recv().await {
                 if let Err(e) = destination.post(content_type, body).await {
                     failed(e);
                 }
             }
         });
-        Self { tx }
+        (Self { tx }, sender)
     }
 
     /// Queues a body; never waits. `false` when the queue is full (the body is dropped).
@@ -233,5 +235,22 @@ mod tests {
             Err(Undelivered::Unavailable(_))
         ));
         assert_eq!(hits.load(Ordering::SeqCst), 3);
+    }
+
+    /// The sender's task is handed to the caller, so a sender that fails is seen (the supervisor ends
+    /// the process naming it) rather than leaving every later body dropped.
+    #[tokio::test]
+    async fn the_senders_end_is_seen_by_its_caller() {
+        let (url, _) = receiver(vec![400]).await;
+        let (outbox, sender) = Outbox::start(to(url), 4, |_| panic!("failure handler broke"));
+        assert!(outbox.try_send("text/plain", Bytes::from("x")));
+        let ended = tokio::time::timeout(Duration::from_secs(10), sender)
+            .await
+            .expect("the sender went on");
+        assert!(ended.unwrap_err().is_panic());
+        assert!(
+            !outbox.try_send("text/plain", Bytes::from("y")),
+            "with its sender gone, the outbox takes nothing"
+        );
     }
 }

@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use axum::body::Bytes;
 use hyper::Uri;
 use serde_json::{json, Value};
+use tokio::task::JoinHandle;
 
 use crate::core::policy::{decide_with, PolicyConfig, ResourceFlags};
 use crate::core::refs::ResourceRef;
@@ -33,8 +34,9 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    /// Starts the background sender (needs a Tokio runtime).
-    pub fn new(url: &str, metrics: Arc<Metrics>) -> Result<Arc<Self>> {
+    /// Starts the background sender (needs a Tokio runtime); its task is returned for the caller to
+    /// supervise.
+    pub fn new(url: &str, metrics: Arc<Metrics>) -> Result<(Arc<Self>, JoinHandle<()>)> {
         Self::with_limits(url, metrics, QUEUE, REQUEST_TIMEOUT)
     }
 
@@ -43,7 +45,7 @@ impl Notifier {
         metrics: Arc<Metrics>,
         queue: usize,
         timeout: Duration,
-    ) -> Result<Arc<Self>> {
+    ) -> Result<(Arc<Self>, JoinHandle<()>)> {
         let url: Uri = url
             .parse()
             .with_context(|| format!("--webhook-url {url:?} is not a URL"))?;
@@ -54,11 +56,11 @@ impl Notifier {
             retries: RETRIES,
         };
         let failure_metrics = metrics.clone();
-        let outbox = Outbox::start(destination, queue, move |e| {
+        let (outbox, sender) = Outbox::start(destination, queue, move |e| {
             tracing::warn!(%url, error = %e, "notification not delivered");
             failure_metrics.error(ErrorKind::Notify);
         });
-        Ok(Arc::new(Self { outbox, metrics }))
+        Ok((Arc::new(Self { outbox, metrics }), sender))
     }
 
     /// The payload for a change: Reloader's key plus what changed and the workloads that would reload.
@@ -149,7 +151,7 @@ mod tests {
             }
         });
         let metrics = Arc::new(Metrics::new(&mut Default::default(), false));
-        let notifier = Notifier::with_limits(
+        let (notifier, _sender) = Notifier::with_limits(
             &format!("http://{addr}/hook"),
             metrics.clone(),
             4,

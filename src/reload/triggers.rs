@@ -62,12 +62,12 @@ impl Triggers {
     ) -> usize {
         let mut queued = 0;
         for w in workloads {
-            self.metrics.scanned(w.kind.name());
+            self.metrics.scanned(w.kind);
             if !self.scope.covers(w.kind, &w.namespace) {
                 self.metrics.skip(Skip::IgnoredOrNotSelected);
                 continue;
             }
-            self.metrics.matched(w.kind.name());
+            self.metrics.matched(w.kind);
             // A workload nothing else can trigger has no other change to wait for.
             let lone = self.index.has_one_trigger(w);
             if self.queue.push(w.clone(), resource.clone(), observed, lone) == Pushed::Coalesced {

@@ -14,6 +14,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
@@ -108,12 +109,13 @@ impl ReloadingCert {
 
 impl ReloadingCert {
     /// Loads a new pair as soon as its files change (and every 10 s where file events are not
-    /// delivered), keeping `expiry` (seconds since the epoch) current, until `shutdown`.
+    /// delivered), keeping `expiry` (seconds since the epoch) current, until `shutdown`. The task is
+    /// returned for the caller to supervise: without it, a renewed certificate is never served.
     pub fn keep_fresh(
         self: Arc<Self>,
         expiry: prometheus_client::metrics::gauge::Gauge,
         shutdown: CancellationToken,
-    ) {
+    ) -> JoinHandle<()> {
         expiry.set(self.not_after().unwrap_or(0));
         let mut changed = watch_files(&[self.cert.as_path(), self.key.as_path()]);
         tokio::spawn(async move {
@@ -131,7 +133,7 @@ impl ReloadingCert {
                     expiry.set(self.not_after().unwrap_or(0));
                 }
             }
-        });
+        })
     }
 }
 

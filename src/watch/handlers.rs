@@ -64,7 +64,7 @@ fn upsert(
     (hash, digests): (String, Option<KeyDigests>),
     flags: ResourceFlags,
     written_at: Option<i64>,
-    label: &str,
+    watched: Watched,
 ) {
     let observed = Instant::now();
     // Remembered only where changes reload (not with --webhook-url, which keeps no markers).
@@ -92,17 +92,17 @@ fn upsert(
     } else {
         WatchEventType::Update
     };
-    ctx.metrics.event(event_type, label);
+    ctx.metrics.event(event_type, watched);
     if update.previous.is_some_and(|p| p.hash.is(&hash)) {
         // Labels, annotations or metadata only: nothing a pod sees has changed.
         ctx.metrics.skip(Skip::NoDataChange);
         ctx.metrics
-            .processed(event_type, label, Processed::NoDataChange);
+            .processed(event_type, watched, Processed::NoDataChange);
         return;
     }
     if created && !ctx.plan.reload_on_create {
         ctx.metrics
-            .processed(event_type, label, Processed::EventDisabled);
+            .processed(event_type, watched, Processed::EventDisabled);
         return;
     }
     let result = ctx.triggered(
@@ -114,17 +114,17 @@ fn upsert(
             observed,
         },
     );
-    ctx.metrics.processed(event_type, label, result);
+    ctx.metrics.processed(event_type, watched, result);
     ctx.metrics.reconciled(observed.elapsed().as_secs_f64());
 }
 
-fn remove(ctx: &Ctx, key: &ResourceKey, label: &str) {
+fn remove(ctx: &Ctx, key: &ResourceKey, watched: Watched) {
     let observed = Instant::now();
     let update = ctx.index.remove_resource(key);
-    ctx.metrics.event(WatchEventType::Delete, label);
+    ctx.metrics.event(WatchEventType::Delete, watched);
     if !ctx.plan.reload_on_delete {
         ctx.metrics
-            .processed(WatchEventType::Delete, label, Processed::EventDisabled);
+            .processed(WatchEventType::Delete, watched, Processed::EventDisabled);
         return;
     }
     let hash = crate::core::hash::delete_marker_hash();
@@ -137,14 +137,14 @@ fn remove(ctx: &Ctx, key: &ResourceKey, label: &str) {
             observed,
         },
     );
-    ctx.metrics.processed(WatchEventType::Delete, label, result);
+    ctx.metrics
+        .processed(WatchEventType::Delete, watched, result);
     ctx.metrics.reconciled(observed.elapsed().as_secs_f64());
 }
 
 /// ConfigMaps or Secrets of one namespace (or all).
 struct Resources<K> {
     kind: ResourceKind,
-    label: &'static str,
     namespace: Option<String>,
     _kind: std::marker::PhantomData<fn(&K)>,
 }
@@ -203,12 +203,12 @@ where
             hashed,
             flags_of(&ctx.plan, &obj),
             written_at,
-            self.label,
+            Watched::Resources(self.kind),
         );
     }
 
     fn delete(&mut self, ctx: &Ctx, key: &ResourceKey) {
-        remove(ctx, key, self.label);
+        remove(ctx, key, Watched::Resources(self.kind));
     }
 
     fn known(&self, ctx: &Ctx) -> Vec<ResourceKey> {
@@ -222,7 +222,6 @@ pub async fn resources<K>(
     api: Api<K>,
     config: watcher::Config,
     kind: ResourceKind,
-    label: &'static str,
     namespace: Option<String>,
     ctx: Arc<Ctx>,
 ) where
@@ -231,7 +230,6 @@ pub async fn resources<K>(
     let id = Watched::Resources(kind).in_namespace(namespace.as_deref());
     let handler = || Resources {
         kind,
-        label,
         namespace: namespace.clone(),
         _kind: std::marker::PhantomData,
     };
@@ -388,7 +386,8 @@ impl Handler<Namespace> for Namespaces {
     }
 
     fn apply(&mut self, ctx: &Ctx, ns: Namespace, _live: bool) {
-        ctx.metrics.event(WatchEventType::Update, "namespaces");
+        ctx.metrics
+            .event(WatchEventType::Update, Watched::Namespaces);
         let labels: BTreeMap<String, String> = ns
             .labels()
             .iter()
@@ -452,7 +451,7 @@ impl Handler<DynamicObject> for PodStatuses {
             (hash, None),
             flags,
             live.then(|| last_write(obj.meta())),
-            "secretproviderclasspodstatuses",
+            Watched::ClassPodStatuses,
         );
     }
 
@@ -593,7 +592,6 @@ mod tests {
             api,
             config,
             ResourceKind::Secret,
-            "secrets",
             Some("pbfix".into()),
             ctx,
         ));

@@ -265,10 +265,10 @@ impl Ctx {
             change.flags,
         );
         for w in dependents {
-            self.metrics.scanned(w.kind.name());
+            self.metrics.scanned(w.kind);
         }
         for w in &workloads {
-            self.metrics.matched(w.kind.name());
+            self.metrics.matched(w.kind);
         }
         notifier.send(Notifier::payload(
             key.kind,

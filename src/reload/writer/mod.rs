@@ -477,7 +477,7 @@ impl Writer {
     fn count_reloaded(&self, key: &WorkloadKey, pending: &Pending, started: Instant) {
         let seconds = started.elapsed().as_secs_f64();
         self.metrics
-            .reload_done(&key.namespace, key.kind.name(), true, seconds);
+            .reload_done(&key.namespace, key.kind, true, seconds);
         // A reload that waited for its window would measure the window, not rekindle.
         let waited = pending.deferred.is_some();
         if let Some(first) = pending.causes.values().min().filter(|_| !waited) {
@@ -501,7 +501,7 @@ impl Writer {
         tracing::warn!(error = %last_error, ?retry_in, "reload failed; tried again later");
         self.metrics.reload_done(
             &key.namespace,
-            key.kind.name(),
+            key.kind,
             false,
             started.elapsed().as_secs_f64(),
         );
