@@ -29,7 +29,7 @@ fn main() -> ExitCode {
             };
             rekindle::tools::run_explain(
                 &config.plan,
-                config.reload_window.as_ref(),
+                config.release.reload_window.as_ref(),
                 &args.workload,
                 &args.changed,
                 args.event,

@@ -259,7 +259,7 @@ pub fn behaviour(f: &Facts) -> Result<Behaviour> {
             format!("{:?}", cfg.resource_label_selector),
         ),
         ("argo rollouts", cfg.argo_rollouts.to_string()),
-        ("leader election", cfg.enable_ha.to_string()),
+        ("leader election", cfg.leader_election.enable_ha.to_string()),
         ("sync after restart", cfg.sync_after_restart.to_string()),
         ("csi", cfg.enable_csi.to_string()),
         (

@@ -104,9 +104,9 @@ async fn run(config: Config) -> Result<()> {
     let mut beside = Beside::default();
 
     let rollouts = Rollouts::new(
-        config.max_rollouts_in_progress,
-        config.rollout_timeout,
-        config.halt_on_failed_rollout,
+        config.release.max_rollouts_in_progress,
+        config.release.rollout_timeout,
+        config.release.halt_on_failed_rollout,
         scope.clone(),
         metrics.clone(),
     );
@@ -341,7 +341,8 @@ fn leadership(
     shutdown: &CancellationToken,
     writes_done: &CancellationToken,
 ) -> (Leadership, Option<tokio::task::JoinHandle<()>>) {
-    if !config.enable_ha {
+    let election = &config.leader_election;
+    if !election.enable_ha {
         return (Leadership::always(), None);
     }
     let identity = instance_name(config).unwrap_or_else(|| "rekindle".into());
@@ -349,16 +350,16 @@ fn leadership(
         .pod_namespace
         .clone()
         .unwrap_or_else(|| "default".into());
-    tracing::info!(%identity, %namespace, lease = %config.lease_name, "leader election on");
+    tracing::info!(%identity, %namespace, lease = %election.lease_name, "leader election on");
     let (leadership, election) = lease::start(
         client.clone(),
         lease::LeaseConfig {
             namespace,
-            name: config.lease_name.clone(),
+            name: election.lease_name.clone(),
             identity,
-            lease_duration: config.lease_duration,
-            renew_deadline: config.renew_deadline,
-            retry_period: config.retry_period,
+            lease_duration: election.lease_duration,
+            renew_deadline: election.renew_deadline,
+            retry_period: election.retry_period,
         },
         shutdown.clone(),
         writes_done.clone(),
@@ -419,16 +420,20 @@ async fn serve_webhook(
     shutdown: &CancellationToken,
     beside: &mut Beside,
 ) -> Result<Option<tokio::task::JoinHandle<()>>> {
-    let (Some(cert), Some(key)) = (&config.tls_cert_file, &config.tls_key_file) else {
+    let webhook = &config.webhook;
+    let (Some(cert), Some(key)) = (&webhook.tls_cert_file, &webhook.tls_key_file) else {
         tracing::warn!("no --tls-cert-file/--tls-key-file: the admission webhook is off; workloads are found by the watch only");
         return Ok(None);
     };
     let certs = tls::ReloadingCert::new(cert, key)?;
-    let tls_config =
-        tls::server_config(certs.clone(), config.tls_min_version, config.webhook_http2)?;
-    let listener = bind(config.webhook_addr)
+    let tls_config = tls::server_config(
+        certs.clone(),
+        webhook.tls_min_version,
+        webhook.webhook_http2,
+    )?;
+    let listener = bind(webhook.webhook_addr)
         .await
-        .with_context(|| format!("binding --webhook-addr {}", config.webhook_addr))?;
+        .with_context(|| format!("binding --webhook-addr {}", webhook.webhook_addr))?;
     tracing::info!(addr = %listener.local_addr()?, "admission webhook listening");
     beside.add(
         "the certificate refresh",
@@ -475,7 +480,7 @@ fn writer(
         max_concurrent: config.max_concurrent_reloads,
         leadership: leadership.clone(),
         alerter,
-        default_window: config.reload_window.clone(),
+        default_window: config.release.reload_window.clone(),
         rollouts,
         sync: Some(ctx.ready.progress()),
         recreates: config

@@ -211,7 +211,7 @@ pub struct ServerArgs {
     #[arg(long = "is-Argo-Rollouts", num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
     pub is_argo_rollouts: bool,
     /// How workloads are restarted: `env-vars` or `annotations`.
-    #[arg(long, default_value = "env-vars", value_parser = reload_strategy)]
+    #[arg(long, value_enum, default_value = "env-vars")]
     pub reload_strategy: Strategy,
     /// Treat a newly created resource as a change.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
@@ -219,9 +219,6 @@ pub struct ServerArgs {
     /// Remove the marker when a referenced resource is deleted (rolls the workload).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
     pub reload_on_delete: bool,
-    /// Run several replicas; a Lease elects the one that writes.
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
-    pub enable_ha: bool,
     /// With --reload-on-create, treat existing resources whose marker is absent as created at start-up.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
     pub sync_after_restart: bool,
@@ -234,19 +231,6 @@ pub struct ServerArgs {
     /// Accepted for compatibility; rekindle serves no pprof.
     #[arg(long, default_value = ":6060")]
     pub pprof_addr: String,
-    /// Leader election lease duration.
-    #[arg(long, default_value = "15s", value_parser = go_duration)]
-    pub leader_election_lease_duration: Duration,
-    /// Leader election renew deadline.
-    #[arg(long, default_value = "10s", value_parser = go_duration)]
-    pub leader_election_renew_deadline: Duration,
-    /// Leader election retry period.
-    #[arg(long, default_value = "2s", value_parser = go_duration)]
-    pub leader_election_retry_period: Duration,
-    /// Name of the leader election Lease in the pod's namespace (the chart derives it from the release,
-    /// so two releases in one namespace never share one).
-    #[arg(long, default_value = crate::reload::lease::DEFAULT_LEASE_NAME, value_parser = lease_name)]
-    pub leader_election_lease_name: String,
     /// Changes to one workload within this window become one reload (0 = off).
     #[arg(long, default_value = "250ms", value_parser = go_duration)]
     pub reload_debounce: Duration,
@@ -264,11 +248,69 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 16, value_parser = at_least_one)]
     pub max_concurrent_reloads: usize,
     /// CronJobs: `job` creates a Job from the template; `template` patches the job template.
-    #[arg(long, default_value = "job", value_parser = cronjob_strategy)]
+    #[arg(long, value_enum, default_value = "job")]
     pub cronjob_strategy: CronJobStrategy,
     /// How often every workload's markers are compared with the current hashes.
     #[arg(long, default_value = "10m", value_parser = go_duration)]
     pub consistency_interval: Duration,
+    /// Evict the pods of `OnDelete` StatefulSets and DaemonSets annotated `rekindle.io/restart: pods`
+    /// after their template is written, one at a time within their PodDisruptionBudgets (off: the
+    /// annotation is ignored and no pod is read or evicted).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
+    pub pod_restarts: bool,
+    /// Which changes of a ConfigMap or Secret reload a workload without `rekindle.io/reload-on`:
+    /// `any-key` (any change, Reloader's behaviour) or `used-keys` (only a change of a key it reads).
+    #[arg(long, value_enum, default_value = "any-key")]
+    pub reload_on: ReloadOn,
+    /// Admin server (/live, /ready, /metrics) listen address.
+    #[arg(long, default_value = ":9090", value_parser = listen_addr)]
+    pub admin_addr: SocketAddr,
+    /// How watches get their first state: `true` streams it as watch events (`sendInitialEvents`, no
+    /// pages held in memory), `false` lists in pages, `auto` streams on Kubernetes 1.34 and later (where
+    /// the apiserver serves it by default). Streamed, ConfigMaps, Secrets and Deployments are watched in
+    /// protobuf (JSON where the apiserver does not serve it).
+    #[arg(long, default_value = "auto", value_parser = auto_or_bool)]
+    pub streaming_lists: AutoBool,
+    /// After SIGTERM, how long the webhook keeps serving with readiness failed, so the Service's
+    /// endpoints drop this Pod before it stops answering.
+    #[arg(long, default_value = "5s", value_parser = go_duration)]
+    pub shutdown_delay: Duration,
+    #[command(flatten)]
+    pub leader_election: LeaderElection,
+    #[command(flatten)]
+    pub release: Release,
+    #[command(flatten)]
+    pub webhook: Webhook,
+    /// Kubeconfig file (default: in-cluster, then KUBECONFIG, then ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// Leader election: `--enable-ha` and the Lease. Validated by [`LeaderElection::validated`] (lease
+/// duration > renew deadline > retry period > 0), then kept as it is in [`Config`].
+#[derive(Debug, Args, Clone)]
+pub struct LeaderElection {
+    /// Run several replicas; a Lease elects the one that writes.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
+    pub enable_ha: bool,
+    /// Leader election lease duration.
+    #[arg(long = "leader-election-lease-duration", default_value = "15s", value_parser = go_duration)]
+    pub lease_duration: Duration,
+    /// Leader election renew deadline.
+    #[arg(long = "leader-election-renew-deadline", default_value = "10s", value_parser = go_duration)]
+    pub renew_deadline: Duration,
+    /// Leader election retry period.
+    #[arg(long = "leader-election-retry-period", default_value = "2s", value_parser = go_duration)]
+    pub retry_period: Duration,
+    /// Name of the leader election Lease in the pod's namespace (the chart derives it from the release,
+    /// so two releases in one namespace never share one).
+    #[arg(long = "leader-election-lease-name", default_value = crate::reload::lease::DEFAULT_LEASE_NAME, value_parser = lease_name)]
+    pub lease_name: String,
+}
+
+/// The release policies: reload windows, the rollout budget and halts (docs/release-policies.md).
+#[derive(Debug, Args, Clone)]
+pub struct Release {
     /// When reloads may start, for workloads without a `rekindle.io/reload-window` annotation: one or
     /// more `DAYS HH:MM-HH:MM [ZONE]` separated by `;` (unset: always).
     #[arg(long, value_parser = reload_window)]
@@ -285,21 +327,14 @@ pub struct ServerArgs {
     /// (a canary's failure always halts).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
     pub halt_on_failed_rollout: bool,
-    /// Evict the pods of `OnDelete` StatefulSets and DaemonSets annotated `rekindle.io/restart: pods`
-    /// after their template is written, one at a time within their PodDisruptionBudgets (off: the
-    /// annotation is ignored and no pod is read or evicted).
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
-    pub pod_restarts: bool,
-    /// Which changes of a ConfigMap or Secret reload a workload without `rekindle.io/reload-on`:
-    /// `any-key` (any change, Reloader's behaviour) or `used-keys` (only a change of a key it reads).
-    #[arg(long, value_enum, default_value = "any-key")]
-    pub reload_on: ReloadOn,
+}
+
+/// The admission webhook's listener and TLS.
+#[derive(Debug, Args, Clone)]
+pub struct Webhook {
     /// Admission webhook (TLS) listen address.
     #[arg(long, default_value = ":9443", value_parser = listen_addr)]
     pub webhook_addr: SocketAddr,
-    /// Admin server (/live, /ready, /metrics) listen address.
-    #[arg(long, default_value = ":9090", value_parser = listen_addr)]
-    pub admin_addr: SocketAddr,
     /// Webhook serving certificate (PEM); reloaded when it changes.
     #[arg(long)]
     pub tls_cert_file: Option<PathBuf>,
@@ -307,25 +342,12 @@ pub struct ServerArgs {
     #[arg(long)]
     pub tls_key_file: Option<PathBuf>,
     /// Lowest TLS version the webhook accepts: 1.2 or 1.3.
-    #[arg(long, default_value = "1.3", value_parser = tls_version)]
+    #[arg(long, value_enum, default_value = "1.3")]
     pub tls_min_version: TlsVersion,
-    /// How watches get their first state: `true` streams it as watch events (`sendInitialEvents`, no
-    /// pages held in memory), `false` lists in pages, `auto` streams on Kubernetes 1.34 and later (where
-    /// the apiserver serves it by default). Streamed, ConfigMaps, Secrets and Deployments are watched in
-    /// protobuf (JSON where the apiserver does not serve it).
-    #[arg(long, default_value = "auto", value_parser = auto_or_bool)]
-    pub streaming_lists: AutoBool,
     /// Offer HTTP/2 on the webhook port as well as HTTP/1.1 (off: one request per stream keeps a
     /// misbehaving client from multiplexing thousands of requests over one connection).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
     pub webhook_http2: bool,
-    /// After SIGTERM, how long the webhook keeps serving with readiness failed, so the Service's
-    /// endpoints drop this Pod before it stops answering.
-    #[arg(long, default_value = "5s", value_parser = go_duration)]
-    pub shutdown_delay: Duration,
-    /// Kubeconfig file (default: in-cluster, then KUBECONFIG, then ~/.kube/config).
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -355,33 +377,20 @@ pub struct Config {
     pub scope: Scope,
     pub resource_label_selector: Option<Selector>,
     pub argo_rollouts: bool,
-    pub enable_ha: bool,
+    pub leader_election: LeaderElection,
     pub sync_after_restart: bool,
     pub enable_csi: bool,
-    pub lease_duration: Duration,
-    pub renew_deadline: Duration,
-    pub retry_period: Duration,
-    pub lease_name: String,
     pub admission_lookup: bool,
     pub reload_debounce: Duration,
     pub reload_debounce_max: Duration,
     pub min_reload_interval: Duration,
     pub max_concurrent_reloads: usize,
     pub consistency_interval: Duration,
-    /// `None`: reloads start whenever they are owed.
-    pub reload_window: Option<Windows>,
-    /// 0: unlimited.
-    pub max_rollouts_in_progress: usize,
-    pub rollout_timeout: Duration,
-    pub halt_on_failed_rollout: bool,
-    pub webhook_addr: SocketAddr,
+    pub release: Release,
+    pub webhook: Webhook,
     pub admin_addr: SocketAddr,
-    pub tls_cert_file: Option<PathBuf>,
-    pub tls_key_file: Option<PathBuf>,
-    pub tls_min_version: TlsVersion,
     /// `None`: decide from the apiserver's version.
     pub streaming_lists: Option<bool>,
-    pub webhook_http2: bool,
     pub shutdown_delay: Duration,
     pub kubeconfig: Option<PathBuf>,
     /// `METRICS_COUNT_BY_NAMESPACE=enabled`.
@@ -482,14 +491,6 @@ fn listen_addr(value: &str) -> Result<SocketAddr, String> {
         .map_err(|_| "expected [host]:port, for example :9443 or 127.0.0.1:9443".into())
 }
 
-fn tls_version(value: &str) -> Result<TlsVersion, String> {
-    match value {
-        "1.2" | "VersionTLS12" => Ok(TlsVersion::Tls12),
-        "1.3" | "VersionTLS13" => Ok(TlsVersion::Tls13),
-        _ => Err("expected 1.2 or 1.3".into()),
-    }
-}
-
 /// `auto`, or a boolean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AutoBool(pub Option<bool>);
@@ -498,22 +499,6 @@ fn auto_or_bool(value: &str) -> Result<AutoBool, String> {
     match value {
         "auto" => Ok(AutoBool(None)),
         other => parse_bool(other).map(|b| AutoBool(Some(b))),
-    }
-}
-
-fn reload_strategy(value: &str) -> Result<Strategy, String> {
-    match value {
-        "env-vars" => Ok(Strategy::EnvVars),
-        "annotations" => Ok(Strategy::Annotations),
-        _ => Err("expected env-vars or annotations".into()),
-    }
-}
-
-fn cronjob_strategy(value: &str) -> Result<CronJobStrategy, String> {
-    match value {
-        "job" => Ok(CronJobStrategy::Job),
-        "template" => Ok(CronJobStrategy::Template),
-        _ => Err("expected job or template".into()),
     }
 }
 
@@ -533,35 +518,48 @@ fn http_url(value: &str) -> Result<String, String> {
     }
 }
 
-/// Leader election needs lease duration > renew deadline > retry period > 0: a leader stops writing at
-/// its renew deadline, before another replica may take the Lease at the lease duration, and retries
-/// within it.
-fn leader_election_timings(args: &ServerArgs) -> Result<(), FlagError> {
-    let lease = args.leader_election_lease_duration;
-    let renew = args.leader_election_renew_deadline;
-    let retry = args.leader_election_retry_period;
-    if retry.is_zero() {
-        return Err(flag_err(
-            "leader-election-retry-period",
-            format!("{retry:?}"),
-            "must be more than 0",
-        ));
+impl LeaderElection {
+    /// Leader election needs lease duration > renew deadline > retry period > 0: a leader stops writing
+    /// at its renew deadline, before another replica may take the Lease at the lease duration, and
+    /// retries within it.
+    fn validated(&self) -> Result<Self, FlagError> {
+        let (lease, renew, retry) = (self.lease_duration, self.renew_deadline, self.retry_period);
+        if retry.is_zero() {
+            return Err(flag_err(
+                "leader-election-retry-period",
+                format!("{retry:?}"),
+                "must be more than 0",
+            ));
+        }
+        if renew <= retry {
+            return Err(flag_err(
+                "leader-election-renew-deadline",
+                format!("{renew:?}"),
+                "must be longer than --leader-election-retry-period",
+            ));
+        }
+        if lease <= renew {
+            return Err(flag_err(
+                "leader-election-lease-duration",
+                format!("{lease:?}"),
+                "must be longer than --leader-election-renew-deadline",
+            ));
+        }
+        Ok(self.clone())
     }
-    if renew <= retry {
-        return Err(flag_err(
-            "leader-election-renew-deadline",
-            format!("{renew:?}"),
-            "must be longer than --leader-election-retry-period",
-        ));
+}
+
+impl Webhook {
+    fn validated(&self) -> Result<Self, FlagError> {
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            return Err(flag_err(
+                "tls-key-file",
+                "",
+                "--tls-cert-file and --tls-key-file go together",
+            ));
+        }
+        Ok(self.clone())
     }
-    if lease <= renew {
-        return Err(flag_err(
-            "leader-election-lease-duration",
-            format!("{lease:?}"),
-            "must be longer than --leader-election-renew-deadline",
-        ));
-    }
-    Ok(())
 }
 
 impl Config {
@@ -590,14 +588,6 @@ impl Config {
                 "must be at least 1s",
             ));
         }
-        leader_election_timings(args)?;
-        if args.tls_cert_file.is_some() != args.tls_key_file.is_some() {
-            return Err(flag_err(
-                "tls-key-file",
-                "",
-                "--tls-cert-file and --tls-key-file go together",
-            ));
-        }
 
         let keys = annotation_keys(args)?;
         let config = Config {
@@ -623,30 +613,19 @@ impl Config {
             resource_label_selector: (!resource_label_selector.is_empty())
                 .then_some(resource_label_selector),
             argo_rollouts: args.is_argo_rollouts,
-            enable_ha: args.enable_ha,
+            leader_election: args.leader_election.validated()?,
             sync_after_restart: args.sync_after_restart,
             enable_csi: args.enable_csi_integration,
-            lease_duration: args.leader_election_lease_duration,
-            renew_deadline: args.leader_election_renew_deadline,
-            retry_period: args.leader_election_retry_period,
-            lease_name: args.leader_election_lease_name.clone(),
             admission_lookup: args.admission_lookup,
             reload_debounce: args.reload_debounce,
             reload_debounce_max: args.reload_debounce_max,
             min_reload_interval: args.min_reload_interval,
             max_concurrent_reloads: args.max_concurrent_reloads,
             consistency_interval: args.consistency_interval,
-            reload_window: args.reload_window.clone(),
-            max_rollouts_in_progress: args.max_rollouts_in_progress,
-            rollout_timeout: args.rollout_timeout,
-            halt_on_failed_rollout: args.halt_on_failed_rollout,
-            webhook_addr: args.webhook_addr,
+            release: args.release.clone(),
+            webhook: args.webhook.validated()?,
             admin_addr: args.admin_addr,
-            tls_cert_file: args.tls_cert_file.clone(),
-            tls_key_file: args.tls_key_file.clone(),
-            tls_min_version: args.tls_min_version,
             streaming_lists: args.streaming_lists.0,
-            webhook_http2: args.webhook_http2,
             shutdown_delay: args.shutdown_delay,
             kubeconfig: args.kubeconfig.clone(),
             metrics_count_by_namespace: env("METRICS_COUNT_BY_NAMESPACE").as_deref()
@@ -892,7 +871,10 @@ mod tests {
             "--leader-election-retry-period=200ms",
         ])
         .unwrap();
-        assert_eq!(cfg.lease_duration, Duration::from_millis(1500));
+        assert_eq!(
+            cfg.leader_election.lease_duration,
+            Duration::from_millis(1500)
+        );
     }
 
     #[test]
@@ -904,12 +886,12 @@ mod tests {
         assert!(
             !c.plan.policy.auto_reload_all && !c.plan.reload_on_create && !c.plan.reload_on_delete
         );
-        assert_eq!(c.lease_duration, Duration::from_secs(15));
-        assert_eq!(c.renew_deadline, Duration::from_secs(10));
-        assert_eq!(c.retry_period, Duration::from_secs(2));
+        assert_eq!(c.leader_election.lease_duration, Duration::from_secs(15));
+        assert_eq!(c.leader_election.renew_deadline, Duration::from_secs(10));
+        assert_eq!(c.leader_election.retry_period, Duration::from_secs(2));
         assert_eq!(c.reload_debounce, Duration::from_millis(250));
         assert_eq!(c.max_concurrent_reloads, 16);
-        assert_eq!(c.webhook_addr.port(), 9443);
+        assert_eq!(c.webhook.webhook_addr.port(), 9443);
         assert_eq!(c.admin_addr.port(), 9090);
         assert!(c.scope.namespaces.is_none());
     }
@@ -942,7 +924,7 @@ mod tests {
                 && c.plan.reload_on_delete
                 && c.argo_rollouts
         );
-        assert!(!c.enable_ha);
+        assert!(!c.leader_election.enable_ha);
         assert_eq!(c.plan.strategy, Strategy::Annotations);
         assert!(c.ignore_secrets && !c.ignore_configmaps);
         assert_eq!(
@@ -1009,6 +991,27 @@ mod tests {
             e.contains("--reload-strategy") && e.contains("foo") && e.contains("env-vars"),
             "{e}"
         );
+    }
+
+    /// Each group of flags lands in its own part of the configuration; enum flags take their names and
+    /// aliases (Go's names for TLS versions).
+    #[test]
+    fn groups_and_enum_names() {
+        let (c, _) = parse(&[
+            "--tls-min-version=VersionTLS12",
+            "--cronjob-strategy=template",
+            "--max-rollouts-in-progress=3",
+            "--enable-ha",
+            "--leader-election-lease-name=mine",
+        ])
+        .unwrap();
+        assert_eq!(c.webhook.tls_min_version, TlsVersion::Tls12);
+        assert_eq!(c.plan.cronjob_strategy, CronJobStrategy::Template);
+        assert_eq!(c.release.max_rollouts_in_progress, 3);
+        assert!(c.leader_election.enable_ha);
+        assert_eq!(c.leader_election.lease_name, "mine");
+        let (c, _) = parse(&["--tls-min-version=1.3"]).unwrap();
+        assert_eq!(c.webhook.tls_min_version, TlsVersion::Tls13);
     }
 
     #[test]

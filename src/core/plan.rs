@@ -23,7 +23,7 @@ use super::refs::{self, ContainerRef, ResourceRef};
 use super::{ResourceKind, WorkloadKind};
 use std::collections::BTreeSet;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     #[default]
@@ -31,7 +31,7 @@ pub enum Strategy {
     Annotations,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum CronJobStrategy {
     /// Create a Job from the template (Reloader's behaviour).

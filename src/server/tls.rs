@@ -19,9 +19,12 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 /// The lowest TLS version the webhook accepts (`--tls-min-version`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Go's names (`VersionTLS12`, `VersionTLS13`) are accepted too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TlsVersion {
+    #[value(name = "1.2", alias = "VersionTLS12")]
     Tls12,
+    #[value(name = "1.3", alias = "VersionTLS13")]
     Tls13,
 }
 

@@ -90,7 +90,7 @@ pub fn run_why(config: &Config, request: WhyRequest) -> Result<()> {
         let (client, default_ns) = client(config).await?;
         let namespace = request.namespace.clone().unwrap_or(default_ns);
         let mut cluster = Cluster::new(client, config);
-        let writer = cluster.writer(&config.lease_name).await;
+        let writer = cluster.writer(&config.leader_election.lease_name).await;
         match &request.target {
             Some(target) => {
                 let obj = cluster
@@ -166,7 +166,7 @@ impl Cluster {
         Self {
             client,
             cfg: config.plan.clone(),
-            default_window: config.reload_window.clone(),
+            default_window: config.release.reload_window.clone(),
             now: jiff::Timestamp::now(),
             resources: HashMap::new(),
             namespace_windows: HashMap::new(),
