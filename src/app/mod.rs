@@ -270,9 +270,9 @@ fn housekeeping(config: &Config, ctx: &Ctx, leadership: &Leadership) -> Housekee
 /// The reload queue of the configuration's debounce and cooldown.
 fn reload_queue(config: &Config, metrics: &Metrics) -> Arc<Queue> {
     let queue = Queue::new(QueueConfig {
-        debounce: config.reload_debounce,
-        debounce_max: config.reload_debounce_max,
-        min_interval: config.min_reload_interval,
+        debounce: config.pacing.reload_debounce,
+        debounce_max: config.pacing.reload_debounce_max,
+        min_interval: config.pacing.min_reload_interval,
     });
     Arc::new(queue.counting_adds(metrics.workqueue_adds.clone()))
 }
@@ -477,7 +477,7 @@ fn writer(
         queue: queue.clone(),
         metrics: metrics.clone(),
         recorder: Recorder::new(client.clone(), reporter),
-        max_concurrent: config.max_concurrent_reloads,
+        max_concurrent: config.pacing.max_concurrent_reloads,
         leadership: leadership.clone(),
         alerter,
         default_window: config.release.reload_window.clone(),

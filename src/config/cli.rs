@@ -231,22 +231,10 @@ pub struct ServerArgs {
     /// Accepted for compatibility; rekindle serves no pprof.
     #[arg(long, default_value = ":6060")]
     pub pprof_addr: String,
-    /// Changes to one workload within this window become one reload (0 = off).
-    #[arg(long, default_value = "250ms", value_parser = go_duration)]
-    pub reload_debounce: Duration,
-    /// The longest a reload is delayed by debouncing.
-    #[arg(long, default_value = "2s", value_parser = go_duration)]
-    pub reload_debounce_max: Duration,
     /// At admission, read a ConfigMap or Secret the index does not know yet (created just before the
     /// workload), at most 300 ms, so the workload is stamped anyway.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", value_parser = parse_bool)]
     pub admission_lookup: bool,
-    /// Per-workload cooldown between reloads; changes inside it merge into one reload (0 = off).
-    #[arg(long, default_value = "0s", value_parser = go_duration)]
-    pub min_reload_interval: Duration,
-    /// Reload patches in flight at once.
-    #[arg(long, default_value_t = 16, value_parser = at_least_one)]
-    pub max_concurrent_reloads: usize,
     /// CronJobs: `job` creates a Job from the template; `template` patches the job template.
     #[arg(long, value_enum, default_value = "job")]
     pub cronjob_strategy: CronJobStrategy,
@@ -275,6 +263,8 @@ pub struct ServerArgs {
     /// endpoints drop this Pod before it stops answering.
     #[arg(long, default_value = "5s", value_parser = go_duration)]
     pub shutdown_delay: Duration,
+    #[command(flatten)]
+    pub pacing: Pacing,
     #[command(flatten)]
     pub leader_election: LeaderElection,
     #[command(flatten)]
@@ -306,6 +296,24 @@ pub struct LeaderElection {
     /// so two releases in one namespace never share one).
     #[arg(long = "leader-election-lease-name", default_value = crate::reload::lease::DEFAULT_LEASE_NAME, value_parser = lease_name)]
     pub lease_name: String,
+}
+
+/// How fast owed reloads are written: debounce, cooldown and writes in flight. Validated by
+/// [`Pacing::validated`], then kept as it is in [`Config`].
+#[derive(Debug, Args, Clone)]
+pub struct Pacing {
+    /// Changes to one workload within this window become one reload (0 = off).
+    #[arg(long, default_value = "250ms", value_parser = go_duration)]
+    pub reload_debounce: Duration,
+    /// The longest a reload is delayed by debouncing.
+    #[arg(long, default_value = "2s", value_parser = go_duration)]
+    pub reload_debounce_max: Duration,
+    /// Per-workload cooldown between reloads; changes inside it merge into one reload (0 = off).
+    #[arg(long, default_value = "0s", value_parser = go_duration)]
+    pub min_reload_interval: Duration,
+    /// Reload patches in flight at once.
+    #[arg(long, default_value_t = 16, value_parser = at_least_one)]
+    pub max_concurrent_reloads: usize,
 }
 
 /// The release policies: reload windows, the rollout budget and halts (docs/release-policies.md).
@@ -381,10 +389,7 @@ pub struct Config {
     pub sync_after_restart: bool,
     pub enable_csi: bool,
     pub admission_lookup: bool,
-    pub reload_debounce: Duration,
-    pub reload_debounce_max: Duration,
-    pub min_reload_interval: Duration,
-    pub max_concurrent_reloads: usize,
+    pub pacing: Pacing,
     pub consistency_interval: Duration,
     pub release: Release,
     pub webhook: Webhook,
@@ -549,6 +554,19 @@ impl LeaderElection {
     }
 }
 
+impl Pacing {
+    fn validated(&self) -> Result<Self, FlagError> {
+        if self.reload_debounce_max < self.reload_debounce {
+            return Err(flag_err(
+                "reload-debounce-max",
+                format!("{:?}", self.reload_debounce_max),
+                "must not be shorter than --reload-debounce",
+            ));
+        }
+        Ok(self.clone())
+    }
+}
+
 impl Webhook {
     fn validated(&self) -> Result<Self, FlagError> {
         if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
@@ -574,13 +592,6 @@ impl Config {
         let ignored_workload_types = ignored_workload_types(args, &mut warnings)?;
         let (log_format, log_level) = logging(args, &mut warnings);
         let (scope, resource_label_selector) = scope(args, &env, &mut warnings)?;
-        if args.reload_debounce_max < args.reload_debounce {
-            return Err(flag_err(
-                "reload-debounce-max",
-                format!("{:?}", args.reload_debounce_max),
-                "must not be shorter than --reload-debounce",
-            ));
-        }
         if args.consistency_interval < Duration::from_secs(1) {
             return Err(flag_err(
                 "consistency-interval",
@@ -617,10 +628,7 @@ impl Config {
             sync_after_restart: args.sync_after_restart,
             enable_csi: args.enable_csi_integration,
             admission_lookup: args.admission_lookup,
-            reload_debounce: args.reload_debounce,
-            reload_debounce_max: args.reload_debounce_max,
-            min_reload_interval: args.min_reload_interval,
-            max_concurrent_reloads: args.max_concurrent_reloads,
+            pacing: args.pacing.validated()?,
             consistency_interval: args.consistency_interval,
             release: args.release.clone(),
             webhook: args.webhook.validated()?,
@@ -889,8 +897,8 @@ mod tests {
         assert_eq!(c.leader_election.lease_duration, Duration::from_secs(15));
         assert_eq!(c.leader_election.renew_deadline, Duration::from_secs(10));
         assert_eq!(c.leader_election.retry_period, Duration::from_secs(2));
-        assert_eq!(c.reload_debounce, Duration::from_millis(250));
-        assert_eq!(c.max_concurrent_reloads, 16);
+        assert_eq!(c.pacing.reload_debounce, Duration::from_millis(250));
+        assert_eq!(c.pacing.max_concurrent_reloads, 16);
         assert_eq!(c.webhook.webhook_addr.port(), 9443);
         assert_eq!(c.admin_addr.port(), 9090);
         assert!(c.scope.namespaces.is_none());
