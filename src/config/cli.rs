@@ -992,6 +992,16 @@ mod tests {
             "max-concurrent-reloads"
         );
         assert_eq!(err_flag(&["--webhook-url=ftp://x"]), "webhook-url");
+        // What two flags of one group must agree on is checked by that group.
+        assert_eq!(
+            err_flag(&["--reload-debounce=1s", "--reload-debounce-max=500ms"]),
+            "reload-debounce-max"
+        );
+        assert_eq!(err_flag(&["--tls-cert-file=/c.pem"]), "tls-key-file");
+        assert_eq!(
+            err_flag(&["--leader-election-renew-deadline=20s"]),
+            "leader-election-lease-duration"
+        );
         let e = Cli::try_parse_from(["rekindle", "--reload-strategy=foo"])
             .unwrap_err()
             .to_string();
