@@ -189,24 +189,6 @@ pub struct ServerArgs {
     /// POST a JSON notification to this URL instead of reloading workloads.
     #[arg(long, value_parser = http_url)]
     pub webhook_url: Option<String>,
-    /// Resource types not to watch: `configmaps` or `secrets` (not both).
-    #[arg(long, action = clap::ArgAction::Append)]
-    pub resources_to_ignore: Vec<String>,
-    /// Workload types never to reload: `jobs`, `cronjobs`.
-    #[arg(long, action = clap::ArgAction::Append)]
-    pub ignored_workload_types: Vec<String>,
-    /// Namespaces to watch (default: all, or KUBERNETES_NAMESPACE when set).
-    #[arg(long, action = clap::ArgAction::Append)]
-    pub namespaces: Vec<String>,
-    /// Namespaces to ignore (cluster-wide mode only).
-    #[arg(long, action = clap::ArgAction::Append)]
-    pub namespaces_to_ignore: Vec<String>,
-    /// Only namespaces whose labels match (cluster-wide mode only; `k:v`, `k:*`, `k=v`, ANDed).
-    #[arg(long, action = clap::ArgAction::Append)]
-    pub namespace_selector: Vec<String>,
-    /// Only ConfigMaps, Secrets and SecretProviderClassPodStatuses whose labels match.
-    #[arg(long, action = clap::ArgAction::Append)]
-    pub resource_label_selector: Vec<String>,
     /// Reload Argo Rollouts too.
     #[arg(long = "is-Argo-Rollouts", num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
     pub is_argo_rollouts: bool,
@@ -264,6 +246,8 @@ pub struct ServerArgs {
     #[arg(long, default_value = "5s", value_parser = go_duration)]
     pub shutdown_delay: Duration,
     #[command(flatten)]
+    pub watch: Watch,
+    #[command(flatten)]
     pub pacing: Pacing,
     #[command(flatten)]
     pub leader_election: LeaderElection,
@@ -296,6 +280,30 @@ pub struct LeaderElection {
     /// so two releases in one namespace never share one).
     #[arg(long = "leader-election-lease-name", default_value = crate::reload::lease::DEFAULT_LEASE_NAME, value_parser = lease_name)]
     pub lease_name: String,
+}
+
+/// What is watched and reloaded: resource and workload types, namespaces and label selectors. Read
+/// into [`Config`]'s scope by [`Watch::scope`] and the `ignored_*` methods.
+#[derive(Debug, Args, Clone)]
+pub struct Watch {
+    /// Resource types not to watch: `configmaps` or `secrets` (not both).
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub resources_to_ignore: Vec<String>,
+    /// Workload types never to reload: `jobs`, `cronjobs`.
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub ignored_workload_types: Vec<String>,
+    /// Namespaces to watch (default: all, or KUBERNETES_NAMESPACE when set).
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub namespaces: Vec<String>,
+    /// Namespaces to ignore (cluster-wide mode only).
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub namespaces_to_ignore: Vec<String>,
+    /// Only namespaces whose labels match (cluster-wide mode only; `k:v`, `k:*`, `k=v`, ANDed).
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub namespace_selector: Vec<String>,
+    /// Only ConfigMaps, Secrets and SecretProviderClassPodStatuses whose labels match.
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub resource_label_selector: Vec<String>,
 }
 
 /// How fast owed reloads are written: debounce, cooldown and writes in flight. Validated by
@@ -588,10 +596,16 @@ impl Config {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<(Config, Vec<String>), FlagError> {
         let mut warnings = Vec::new();
-        let (ignore_configmaps, ignore_secrets) = ignored_resources(args)?;
-        let ignored_workload_types = ignored_workload_types(args, &mut warnings)?;
+        let (ignore_configmaps, ignore_secrets) = args.watch.ignored_resources()?;
+        let ignored_workload_types = args.watch.ignored_workload_types(&mut warnings)?;
         let (log_format, log_level) = logging(args, &mut warnings);
-        let (scope, resource_label_selector) = scope(args, &env, &mut warnings)?;
+        let (scope, resource_label_selector) = args.watch.scope(&env, &mut warnings)?;
+        if args.enable_pprof || args.pprof_addr != ":6060" {
+            warnings.push(
+                "--enable-pprof/--pprof-addr are accepted for compatibility; rekindle serves no pprof"
+                    .into(),
+            );
+        }
         if args.consistency_interval < Duration::from_secs(1) {
             return Err(flag_err(
                 "consistency-interval",
@@ -652,39 +666,40 @@ fn list(flag: &'static str, values: &[String]) -> Result<Vec<String>, FlagError>
 }
 
 /// `--resources-to-ignore`: (ignore ConfigMaps, ignore Secrets).
-fn ignored_resources(args: &ServerArgs) -> Result<(bool, bool), FlagError> {
-    let ignored_resources = list("resources-to-ignore", &args.resources_to_ignore)?;
-    let (mut ignore_configmaps, mut ignore_secrets) = (false, false);
-    for r in &ignored_resources {
-        match r.to_ascii_lowercase().as_str() {
-            "configmaps" => ignore_configmaps = true,
-            "secrets" => ignore_secrets = true,
-            _ => {
-                return Err(flag_err(
-                    "resources-to-ignore",
-                    r.as_str(),
-                    "expected configmaps or secrets",
-                ))
+impl Watch {
+    fn ignored_resources(&self) -> Result<(bool, bool), FlagError> {
+        let ignored_resources = list("resources-to-ignore", &self.resources_to_ignore)?;
+        let (mut ignore_configmaps, mut ignore_secrets) = (false, false);
+        for r in &ignored_resources {
+            match r.to_ascii_lowercase().as_str() {
+                "configmaps" => ignore_configmaps = true,
+                "secrets" => ignore_secrets = true,
+                _ => {
+                    return Err(flag_err(
+                        "resources-to-ignore",
+                        r.as_str(),
+                        "expected configmaps or secrets",
+                    ))
+                }
             }
         }
+        if ignore_configmaps && ignore_secrets {
+            return Err(flag_err(
+                "resources-to-ignore",
+                ignored_resources.join(","),
+                "ignoring both configmaps and secrets leaves nothing to watch",
+            ));
+        }
+        Ok((ignore_configmaps, ignore_secrets))
     }
-    if ignore_configmaps && ignore_secrets {
-        return Err(flag_err(
-            "resources-to-ignore",
-            ignored_resources.join(","),
-            "ignoring both configmaps and secrets leaves nothing to watch",
-        ));
-    }
-    Ok((ignore_configmaps, ignore_secrets))
-}
 
-fn ignored_workload_types(
-    args: &ServerArgs,
-    warnings: &mut Vec<String>,
-) -> Result<BTreeSet<WorkloadKind>, FlagError> {
-    let mut ignored_workload_types = BTreeSet::new();
-    for t in list("ignored-workload-types", &args.ignored_workload_types)? {
-        match t.to_ascii_lowercase().as_str() {
+    fn ignored_workload_types(
+        &self,
+        warnings: &mut Vec<String>,
+    ) -> Result<BTreeSet<WorkloadKind>, FlagError> {
+        let mut ignored_workload_types = BTreeSet::new();
+        for t in list("ignored-workload-types", &self.ignored_workload_types)? {
+            match t.to_ascii_lowercase().as_str() {
                 "jobs" => {
                     ignored_workload_types.insert(WorkloadKind::Job);
                 }
@@ -693,8 +708,63 @@ fn ignored_workload_types(
                 }
                 _ => warnings.push(format!("--ignored-workload-types: unknown workload type {t:?} ignored (expected jobs or cronjobs)")),
             }
+        }
+        Ok(ignored_workload_types)
     }
-    Ok(ignored_workload_types)
+
+    /// The namespaces watched, and the resource label selector.
+    fn scope(
+        &self,
+        env: &impl Fn(&str) -> Option<String>,
+        warnings: &mut Vec<String>,
+    ) -> Result<(Scope, Selector), FlagError> {
+        let mut namespaces: BTreeSet<String> =
+            list("namespaces", &self.namespaces)?.into_iter().collect();
+        if namespaces.is_empty() {
+            if let Some(ns) = env("KUBERNETES_NAMESPACE").filter(|s| !s.trim().is_empty()) {
+                namespaces.insert(ns.trim().to_string());
+            }
+        }
+        let namespaces_to_ignore: BTreeSet<String> =
+            list("namespaces-to-ignore", &self.namespaces_to_ignore)?
+                .into_iter()
+                .collect();
+        let selector_entries = list("namespace-selector", &self.namespace_selector)?;
+        let namespace_selector = Selector::parse_legacy(&selector_entries).map_err(|e| {
+            flag_err(
+                "namespace-selector",
+                selector_entries.join(","),
+                e.to_string(),
+            )
+        })?;
+        let resource_entries = list("resource-label-selector", &self.resource_label_selector)?;
+        let resource_label_selector = Selector::parse_legacy(&resource_entries).map_err(|e| {
+            flag_err(
+                "resource-label-selector",
+                resource_entries.join(","),
+                e.to_string(),
+            )
+        })?;
+        let cluster_wide = namespaces.is_empty();
+        if !cluster_wide && !namespaces_to_ignore.is_empty() {
+            warnings.push("--namespaces-to-ignore applies in cluster-wide mode only; ignored because --namespaces (or KUBERNETES_NAMESPACE) is set".into());
+        }
+        if !cluster_wide && !namespace_selector.is_empty() {
+            warnings.push("--namespace-selector applies in cluster-wide mode only; ignored because --namespaces (or KUBERNETES_NAMESPACE) is set".into());
+        }
+
+        let scope = Scope {
+            namespaces: (!cluster_wide).then_some(namespaces),
+            namespaces_to_ignore: if cluster_wide {
+                namespaces_to_ignore
+            } else {
+                BTreeSet::new()
+            },
+            namespace_selector: (cluster_wide && !namespace_selector.is_empty())
+                .then_some(namespace_selector),
+        };
+        Ok((scope, resource_label_selector))
+    }
 }
 
 fn logging(args: &ServerArgs, warnings: &mut Vec<String>) -> (LogFormat, &'static str) {
@@ -720,66 +790,6 @@ fn logging(args: &ServerArgs, warnings: &mut Vec<String>) -> (LogFormat, &'stati
         }
     };
     (log_format, log_level)
-}
-
-/// The namespaces watched, and the resource label selector.
-fn scope(
-    args: &ServerArgs,
-    env: &impl Fn(&str) -> Option<String>,
-    warnings: &mut Vec<String>,
-) -> Result<(Scope, Selector), FlagError> {
-    let mut namespaces: BTreeSet<String> =
-        list("namespaces", &args.namespaces)?.into_iter().collect();
-    if namespaces.is_empty() {
-        if let Some(ns) = env("KUBERNETES_NAMESPACE").filter(|s| !s.trim().is_empty()) {
-            namespaces.insert(ns.trim().to_string());
-        }
-    }
-    let namespaces_to_ignore: BTreeSet<String> =
-        list("namespaces-to-ignore", &args.namespaces_to_ignore)?
-            .into_iter()
-            .collect();
-    let selector_entries = list("namespace-selector", &args.namespace_selector)?;
-    let namespace_selector = Selector::parse_legacy(&selector_entries).map_err(|e| {
-        flag_err(
-            "namespace-selector",
-            selector_entries.join(","),
-            e.to_string(),
-        )
-    })?;
-    let resource_entries = list("resource-label-selector", &args.resource_label_selector)?;
-    let resource_label_selector = Selector::parse_legacy(&resource_entries).map_err(|e| {
-        flag_err(
-            "resource-label-selector",
-            resource_entries.join(","),
-            e.to_string(),
-        )
-    })?;
-    let cluster_wide = namespaces.is_empty();
-    if !cluster_wide && !namespaces_to_ignore.is_empty() {
-        warnings.push("--namespaces-to-ignore applies in cluster-wide mode only; ignored because --namespaces (or KUBERNETES_NAMESPACE) is set".into());
-    }
-    if !cluster_wide && !namespace_selector.is_empty() {
-        warnings.push("--namespace-selector applies in cluster-wide mode only; ignored because --namespaces (or KUBERNETES_NAMESPACE) is set".into());
-    }
-    if args.enable_pprof || args.pprof_addr != ":6060" {
-        warnings.push(
-            "--enable-pprof/--pprof-addr are accepted for compatibility; rekindle serves no pprof"
-                .into(),
-        );
-    }
-
-    let scope = Scope {
-        namespaces: (!cluster_wide).then_some(namespaces),
-        namespaces_to_ignore: if cluster_wide {
-            namespaces_to_ignore
-        } else {
-            BTreeSet::new()
-        },
-        namespace_selector: (cluster_wide && !namespace_selector.is_empty())
-            .then_some(namespace_selector),
-    };
-    Ok((scope, resource_label_selector))
 }
 
 fn annotation_keys(args: &ServerArgs) -> Result<AnnotationKeys, FlagError> {
