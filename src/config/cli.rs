@@ -263,6 +263,7 @@ pub struct ServerArgs {
 /// Leader election: `--enable-ha` and the Lease. Validated by [`LeaderElection::validated`] (lease
 /// duration > renew deadline > retry period > 0), then kept as it is in [`Config`].
 #[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Leader election")]
 pub struct LeaderElection {
     /// Run several replicas; a Lease elects the one that writes.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = parse_bool)]
@@ -285,6 +286,7 @@ pub struct LeaderElection {
 /// What is watched and reloaded: resource and workload types, namespaces and label selectors. Read
 /// into [`Config`]'s scope by [`Watch::scope`] and the `ignored_*` methods.
 #[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "What is watched")]
 pub struct Watch {
     /// Resource types not to watch: `configmaps` or `secrets` (not both).
     #[arg(long, action = clap::ArgAction::Append)]
@@ -309,6 +311,7 @@ pub struct Watch {
 /// How fast owed reloads are written: debounce, cooldown and writes in flight. Validated by
 /// [`Pacing::validated`], then kept as it is in [`Config`].
 #[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Pacing")]
 pub struct Pacing {
     /// Changes to one workload within this window become one reload (0 = off).
     #[arg(long, default_value = "250ms", value_parser = go_duration)]
@@ -326,6 +329,7 @@ pub struct Pacing {
 
 /// The release policies: reload windows, the rollout budget and halts (docs/release-policies.md).
 #[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Release policies")]
 pub struct Release {
     /// When reloads may start, for workloads without a `rekindle.io/reload-window` annotation: one or
     /// more `DAYS HH:MM-HH:MM [ZONE]` separated by `;` (unset: always).
@@ -347,6 +351,7 @@ pub struct Release {
 
 /// The admission webhook's listener and TLS.
 #[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Admission webhook")]
 pub struct Webhook {
     /// Admission webhook (TLS) listen address.
     #[arg(long, default_value = ":9443", value_parser = listen_addr)]
