@@ -145,6 +145,8 @@ pub struct Writer {
     warned: Mutex<HashSet<(WorkloadKey, String)>>,
     /// Pod-restart walks this process has started, and what their Events said.
     walks: Mutex<HashMap<WorkloadKey, restarts::Walk>>,
+    /// When this replica's current leadership began (set by `run`).
+    leading_since: Mutex<Option<tokio::time::Instant>>,
 }
 
 const FIELD_MANAGER: &str = "rekindle";
@@ -218,6 +220,7 @@ impl Writer {
             recreates,
             warned: Mutex::default(),
             walks: Mutex::default(),
+            leading_since: Mutex::default(),
         }
     }
 
@@ -239,6 +242,8 @@ impl Writer {
             }
             if !leading {
                 leading = true;
+                *self.leading_since.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(tokio::time::Instant::now());
                 // Before any reload, so that none of them races a record being finished.
                 self.finish_recreates().await;
             }

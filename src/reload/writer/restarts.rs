@@ -232,14 +232,18 @@ impl Writer {
             .map(|pod| PodState::with(pod, pod_groups::behind(&pod_groups::stamps(pod), current)))
             .collect();
         // An operator's replicas are not read (its kind is anyone's): the most pods seen alive
-        // during the walk.
+        // during the walk, and every pod until a terminating one is gone.
         let alive = states.iter().filter(|p| !p.terminating).count();
         let desired = {
             let mut walks = self.walks();
             let walk = walks.entry(key.clone()).or_default();
             walk.most_pods = walk.most_pods.max(alive);
-            walk.most_pods
+            pod_groups::wanted(walk.most_pods, &states)
         };
+        if let Some(left) = self.settling() {
+            tracing::debug!(?left, "pod restarts watch the owner's pods before evicting: this replica has just begun to lead");
+            return Ok(ControlFlow::Break(Some(left.min(WALK_RECHECK))));
+        }
         let max_unavailable = self.max_unavailable(key, &subject, first, desired).await;
         Ok(ControlFlow::Continue(WalkInput {
             subject,
@@ -399,6 +403,15 @@ impl Writer {
                 Err(WriteError::from_kube("evict", e))
             }
         }
+    }
+
+    /// How long this replica still watches groups before it evicts ([`pod_groups::SETTLE`] from the
+    /// start of its leadership), or `None`.
+    fn settling(&self) -> Option<Duration> {
+        let since = (*self.leading_since.lock().unwrap_or_else(|e| e.into_inner()))?;
+        pod_groups::SETTLE
+            .checked_sub(since.elapsed())
+            .filter(|left| !left.is_zero())
     }
 
     fn walks(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<WorkloadKey, Walk>> {
