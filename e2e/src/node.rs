@@ -110,13 +110,16 @@ pub async fn ready_pods(client: &Client, ns: &str) -> Result<Vec<Pod>> {
         .items
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
+        .filter(is_ready)
         .collect())
+}
+
+/// Whether the pod's `Ready` condition is true.
+pub fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Whatever an earlier failed test left: the release, its namespace, its cluster-scoped objects.

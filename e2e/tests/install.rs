@@ -294,6 +294,161 @@ async fn pdb_refuses_the_last_replica(client: &Client) -> Result<()> {
     wait_rolled_out(RELEASE_NS)
 }
 
+/// An `OnDelete` StatefulSet of three real pods with `rekindle.io/restart: pods` and a PDB allowing
+/// one disruption: one change replaces each pod exactly once by eviction, the kubelet stopping each
+/// old container gracefully, never more than one pod down, every new pod on the new marker.
+async fn on_delete_statefulset_restarted_by_eviction(client: &Client) -> Result<()> {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::Event;
+    let ns = TestNamespace::new(client, "install-podrestart").await?;
+    Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "db-config"}, "data": {"v": "1"}}),
+            )?,
+        )
+        .await?;
+    e2e::apply_value(
+        client,
+        Some(&ns.name),
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+               "metadata": {"name": "db"},
+               "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "db"}}}}),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), &ns.name);
+    statefulsets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "db", "annotations": {
+                    "reloader.stakater.com/auto": "true", "rekindle.io/restart": "pods"}},
+                "spec": {
+                    "replicas": 3,
+                    "serviceName": "db",
+                    "podManagementPolicy": "Parallel",
+                    "updateStrategy": {"type": "OnDelete"},
+                    "selector": {"matchLabels": {"app": "db"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "db"}},
+                        "spec": {
+                            "terminationGracePeriodSeconds": 5,
+                            "containers": [{"name": "db", "image": WORKLOAD_IMAGE,
+                                "imagePullPolicy": "Never",
+                                "envFrom": [{"configMapRef": {"name": "db-config"}}]}],
+                        },
+                    },
+                },
+            }))?,
+        )
+        .await?;
+    let marker = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.env.as_ref())
+            .and_then(|env| {
+                env.iter()
+                    .find(|e| e.name == "STAKATER_DB_CONFIG_CONFIGMAP")
+            })
+            .and_then(|e| e.value.clone())
+    };
+    let up = |pods: &[Pod]| {
+        pods.iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && e2e::node::is_ready(p))
+            .count()
+    };
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns.name);
+    let before = wait_for("three Ready pods of db, stamped", TIMEOUT, || async {
+        let list = pods
+            .list(&ListParams::default().labels("app=db"))
+            .await?
+            .items;
+        let stamped = list.iter().all(|p| marker(p).is_some());
+        Ok((list.len() == 3 && up(&list) == 3 && stamped).then_some(list))
+    })
+    .await?;
+    let old_marker = marker(&before[0]);
+    let old_uids: Vec<String> = before.iter().map(|p| p.uid().unwrap_or_default()).collect();
+    let pdbs = Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(
+        client.clone(),
+        &ns.name,
+    );
+    wait_for("the PDB to allow one disruption", TIMEOUT, || async {
+        let status = pdbs.get("db").await?.status.unwrap_or_default();
+        Ok((status.disruptions_allowed == 1).then_some(()))
+    })
+    .await?;
+
+    change_configmap(client, &ns.name, "db-config", "2").await?;
+    let mut seen_uids: std::collections::BTreeSet<String> = old_uids.iter().cloned().collect();
+    let mut most_down = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    let after = loop {
+        let list = pods
+            .list(&ListParams::default().labels("app=db"))
+            .await?
+            .items;
+        most_down = most_down.max(3usize.saturating_sub(up(&list)));
+        seen_uids.extend(list.iter().filter_map(|p| p.uid()));
+        let done = list.len() == 3
+            && up(&list) == 3
+            && list.iter().all(|p| {
+                !old_uids.contains(&p.uid().unwrap_or_default()) && marker(p) != old_marker
+            });
+        if done {
+            break list;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the pods were not all replaced: {:#?}",
+            list.iter()
+                .map(|p| (p.name_any(), p.uid(), marker(p), e2e::node::is_ready(p)))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    ensure!(
+        most_down <= 1,
+        "at most one pod down at a time, saw {most_down}"
+    );
+    ensure!(
+        seen_uids.len() == 6,
+        "each pod replaced exactly once: {} pods seen, {after:#?}",
+        seen_uids.len()
+    );
+    // The kubelet stopped each old container (graceful termination), and the walk said it finished.
+    let events = Api::<Event>::namespaced(client.clone(), &ns.name);
+    let (killed, finished) = wait_for("the kubelet's and rekindle's Events", TIMEOUT, || async {
+        let all = events.list(&ListParams::default()).await?.items;
+        let killed = all
+            .iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some("Killing")
+                    && e.involved_object
+                        .uid
+                        .as_ref()
+                        .is_some_and(|u| old_uids.contains(u))
+            })
+            .count();
+        let finished = all
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("PodRestartsFinished"));
+        Ok((killed == 3 && finished).then_some((killed, finished)))
+    })
+    .await?;
+    ensure!(killed == 3 && finished);
+    let sts = statefulsets.get("db").await?;
+    ensure!(
+        sts.metadata.generation == Some(2),
+        "the template written once: generation {:?}",
+        sts.metadata.generation
+    );
+    ns.cleanup().await
+}
+
 /// Workloads in kube-system, in the release namespace, in a namespace labelled
 /// rekindle.io/admission=disabled, or labelled so themselves never reach the webhook.
 async fn excluded_never_sent(client: &Client) -> Result<()> {
@@ -806,6 +961,7 @@ async fn external_certificate_install_body() -> Result<()> {
     ])?;
     wait_rolled_out(RELEASE_NS)?;
     stamps_and_reloads(&client, "install-external").await?;
+    on_delete_statefulset_restarted_by_eviction(&client).await?;
     uninstall_and_check_leftovers(&client, &["corp-webhook-tls"]).await
 }
 
