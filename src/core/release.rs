@@ -10,15 +10,19 @@ use serde_json::Value;
 
 use super::refs::ResourceRef;
 use super::rollout::{self, Progress};
+use super::window;
 use super::{ResourceKind, WorkloadKind};
 
 pub const CANARY_ANNOTATION: &str = "rekindle.io/reload-canary";
 pub const HALTED_ANNOTATION: &str = "rekindle.io/reload-halted";
 
-/// What the index keeps of a workload for canaries and halts.
+/// What the index keeps of a workload for release policies: canaries, halts and its reload window.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Release {
     pub canary: bool,
+    /// The `rekindle.io/reload-window` value, as written (parsed when a reload is due: an invalid
+    /// one is reported then, on the workload).
+    pub window: Option<Box<str>>,
     /// The `rekindle.io/reload-halted` value, as written.
     pub halted: Option<Box<str>>,
     pub progress: Progress,
@@ -34,6 +38,7 @@ impl Release {
         };
         Self {
             canary: annotation(CANARY_ANNOTATION) == Some("true"),
+            window: window::own_window(obj).map(Into::into),
             halted: annotation(HALTED_ANNOTATION).map(Into::into),
             progress: rollout::progress(kind, obj, pod_restarts),
         }

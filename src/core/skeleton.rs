@@ -2,12 +2,13 @@
 //! rendering read, so the writer can plan a reload from the index instead of reading the workload
 //! again (one PATCH per reload, no GET).
 //!
-//! Kept: the uid, the reload annotations (metadata and pod template), the markers, the reload
-//! window and `rekindle.io/reload-on`, CronJob's `suspend`, and in the pod spec the volumes, env
+//! Kept: the reload annotations (metadata and pod template), the markers and
+//! `rekindle.io/reload-on`, CronJob's `suspend`, and in the pod spec the volumes, env
 //! entries and mounts that name a ConfigMap, Secret or SecretProviderClass (with the keys they read),
 //! plus the marker env vars. Every container stays (pruned) so container indexes are the live
 //! object's. A unit test checks that planning and rendering on the skeleton give what
-//! they give on the full object.
+//! they give on the full object. The uid and the reload window are the index entry's own fields
+//! (`index::WorkloadEntry`), not kept here.
 
 use serde_json::{Map, Value};
 
@@ -16,16 +17,12 @@ use super::keys::RELOAD_ON_ANNOTATION;
 use super::plan::PlanConfig;
 use super::policy::{AnnotationKeys, CONFIG_HASHES_ANNOTATION, LAST_RELOADED_FROM_ANNOTATION};
 use super::refs;
-use super::window::RELOAD_WINDOW_ANNOTATION;
 use super::WorkloadKind;
 
 /// The skeleton of a workload object.
 pub fn skeleton(keys: &AnnotationKeys, obj: &Value, kind: WorkloadKind) -> Value {
     let mut out = Map::new();
     let mut meta = Map::new();
-    if let Some(uid) = refs::at(obj, "/metadata/uid") {
-        meta.insert("uid".into(), uid.clone());
-    }
     if let Some(a) = annotations(keys, refs::at(obj, "/metadata/annotations")) {
         meta.insert("annotations".into(), a);
     }
@@ -76,7 +73,7 @@ fn json_object(key: &str, value: Value) -> Value {
     Value::Object(m)
 }
 
-/// The annotations planning reads: the reload keys, the markers and the reload window.
+/// The annotations planning reads: the reload keys and the markers.
 fn annotations(keys: &AnnotationKeys, annotations: Option<&Value>) -> Option<Value> {
     let kept: Map<String, Value> = annotations?
         .as_object()?
@@ -85,7 +82,6 @@ fn annotations(keys: &AnnotationKeys, annotations: Option<&Value>) -> Option<Val
             k.as_str() == CONFIG_HASHES_ANNOTATION
                 || k.as_str() == LAST_RELOADED_FROM_ANNOTATION
                 || k.as_str() == keys.paused_at
-                || k.as_str() == RELOAD_WINDOW_ANNOTATION
                 || k.as_str() == RELOAD_ON_ANNOTATION
                 || keys.is_workload_key(k)
         })
@@ -362,7 +358,8 @@ mod tests {
         ] {
             assert!(!text.contains(gone), "{gone} kept in {text}");
         }
-        assert_eq!(skel.pointer("/metadata/uid"), Some(&json!("u-1")));
+        // Kept as typed fields of the index entry, not in the skeleton.
+        assert_eq!(skel.pointer("/metadata/uid"), None);
     }
 
     #[test]

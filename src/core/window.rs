@@ -229,18 +229,23 @@ impl Windows {
     }
 }
 
-/// The window a workload's reloads wait for: its own annotation, else its namespace's (`namespace`,
+/// The workload's own `rekindle.io/reload-window` annotation, as written.
+pub fn own_window(workload: &serde_json::Value) -> Option<&str> {
+    workload
+        .pointer("/metadata/annotations")?
+        .get(RELOAD_WINDOW_ANNOTATION)?
+        .as_str()
+}
+
+/// The window a workload's reloads wait for: its own annotation (`own`), else its namespace's (`namespace`,
 /// the annotation's value on the Namespace), else `default` (`--reload-window`). An invalid value is
 /// an error for the caller to report; the workload then has no window, so a typo never stops its
 /// reloads.
 pub fn window_of(
-    annotations: Option<&serde_json::Value>,
+    own: Option<&str>,
     namespace: Option<&str>,
     default: Option<&Windows>,
 ) -> Result<Option<Windows>, WindowError> {
-    let own = annotations
-        .and_then(|a| a.get(RELOAD_WINDOW_ANNOTATION))
-        .and_then(serde_json::Value::as_str);
     let (text, whose) = match (own, namespace) {
         (Some(text), _) => (text, "annotation"),
         (None, Some(text)) => (text, "the namespace's annotation"),
@@ -355,10 +360,10 @@ mod tests {
     #[test]
     fn the_workloads_window_wins_then_its_namespaces_then_the_default() {
         let default = w("Sat 00:00-06:00");
-        let own = serde_json::json!({RELOAD_WINDOW_ANNOTATION: "Mon 01:00-02:00"});
+        let own = serde_json::json!({"metadata": {"annotations": {RELOAD_WINDOW_ANNOTATION: "Mon 01:00-02:00"}}});
         let namespace = Some("Tue 01:00-02:00");
         assert_eq!(
-            window_of(Some(&own), namespace, Some(&default)).unwrap(),
+            window_of(own_window(&own), namespace, Some(&default)).unwrap(),
             Some(w("Mon 01:00-02:00"))
         );
         assert_eq!(
@@ -370,11 +375,10 @@ mod tests {
             Some(default.clone())
         );
         assert_eq!(
-            window_of(Some(&serde_json::json!({})), None, None).unwrap(),
+            window_of(own_window(&serde_json::json!({})), None, None).unwrap(),
             None
         );
-        let typo = serde_json::json!({RELOAD_WINDOW_ANNOTATION: "Mon 1-2"});
-        let err = window_of(Some(&typo), namespace, Some(&default))
+        let err = window_of(Some("Mon 1-2"), namespace, Some(&default))
             .unwrap_err()
             .to_string();
         assert!(

@@ -21,7 +21,7 @@ use serde_json::Value;
 use changes::ChangeLog;
 pub use changes::RECENT_CHANGES_KEPT;
 use dependents::Dependents;
-pub use workload::WorkloadEntry;
+pub use workload::{Uid, WorkloadEntry};
 
 use crate::core::hash::StoredHash;
 use crate::core::keys::{self, KeyDigests};
@@ -625,6 +625,16 @@ impl Index {
     }
 
     /// The canary, halt and rollout progress of a confirmed workload.
+    /// The confirmed workload's uid, as the apiserver wrote it.
+    pub fn uid_of(&self, key: &WorkloadKey) -> Option<String> {
+        Some(self.read().workloads.get(key)?.uid.as_ref()?.to_string())
+    }
+
+    /// The confirmed workload's own reload window, as written.
+    pub fn window_of(&self, key: &WorkloadKey) -> Option<Box<str>> {
+        self.read().workloads.get(key)?.release.window.clone()
+    }
+
     pub fn release_of(&self, key: &WorkloadKey) -> Option<Release> {
         Some(self.read().workloads.get(key)?.release.clone())
     }
@@ -742,6 +752,39 @@ mod tests {
         // An older PATCH response (a slow one) does not win over the watch either.
         index.record_written(&key, written("h1", "12"));
         assert_eq!(marker(&index).as_deref(), Some("h2"));
+    }
+
+    #[test]
+    fn the_uid_and_the_reload_window_are_the_entrys_own_fields() {
+        let index = Index::new();
+        let (key, _) = mk_deploy("ns", "a", "cfg", None);
+        let uid = "0f6a3c2e-5b7d-4e8f-9a1b-2c3d4e5f6a7b";
+        let obj = json!({"metadata": {"name": "a", "namespace": "ns", "uid": uid, "resourceVersion": "5",
+                "annotations": {"reloader.stakater.com/auto": "true",
+                    "rekindle.io/reload-window": "Mon-Fri 09:00-17:00 UTC"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "app",
+                "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}}}});
+        let entry = WorkloadEntry::from_stored(&cfg(), &obj, WorkloadKind::Deployment);
+        let bytes = *uuid::Uuid::parse_str(uid).unwrap().as_bytes();
+        assert_eq!(entry.uid, Some(Uid::Uuid(bytes)));
+        index.apply_workload(key.clone(), entry);
+        assert_eq!(index.uid_of(&key).as_deref(), Some(uid));
+        assert_eq!(
+            index.window_of(&key).as_deref(),
+            Some("Mon-Fri 09:00-17:00 UTC")
+        );
+        // Not kept twice: the skeleton has neither.
+        let (skeleton, _) = index.skeleton(&key).unwrap();
+        let text = skeleton.to_string();
+        assert!(
+            !text.contains(uid) && !text.contains("reload-window"),
+            "{text}"
+        );
+        // A uid that is not a UUID in canonical form is kept as written.
+        for odd in ["u-1", "0F6A3C2E-5B7D-4E8F-9A1B-2C3D4E5F6A7B", ""] {
+            assert_eq!(Uid::new(odd).to_string(), odd);
+        }
+        assert_eq!(Uid::new(uid).to_string(), uid);
     }
 
     #[test]

@@ -14,6 +14,38 @@ use crate::core::release::Release;
 use crate::core::skeleton;
 use crate::core::{ResourceKind, WorkloadKind};
 
+/// A workload's uid: the 16 bytes of the UUID the apiserver gives every object, or the text as
+/// written when it is not one in canonical form (kept inline: no allocation per workload).
+#[derive(Clone, PartialEq, Eq)]
+pub enum Uid {
+    Uuid([u8; 16]),
+    Text(Box<str>),
+}
+
+impl Uid {
+    pub fn new(text: &str) -> Self {
+        match uuid::Uuid::try_parse(text) {
+            Ok(u) if u.hyphenated().to_string() == text => Self::Uuid(*u.as_bytes()),
+            _ => Self::Text(text.into()),
+        }
+    }
+}
+
+impl std::fmt::Display for Uid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Uuid(bytes) => uuid::Uuid::from_bytes(*bytes).hyphenated().fmt(f),
+            Self::Text(text) => f.write_str(text),
+        }
+    }
+}
+
+impl std::fmt::Debug for Uid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
 /// What the index keeps of a workload: references and markers, never the object. Sorted boxed slices,
 /// not B-trees: a workload has a handful of references, and a B-tree node costs hundreds of bytes.
 /// The policy annotations are read from the skeleton when needed (notify mode), not kept twice.
@@ -30,6 +62,8 @@ pub struct WorkloadEntry {
     /// What planning reads of the object (`core::skeleton`, compact JSON); set from the watch and from
     /// the writer's own PATCH response, absent for admission's provisional records.
     pub skeleton: Option<Box<str>>,
+    /// The object's uid (Events and halts name it), from a stored object.
+    pub uid: Option<Uid>,
     /// The object's resourceVersion when it is a number (etcd's always are), so an older watch event
     /// never replaces what the writer's PATCH response already recorded.
     pub resource_version: Option<u64>,
@@ -141,6 +175,9 @@ impl WorkloadEntry {
                 .to_string()
                 .into(),
         );
+        self.uid = refs::at(obj, "/metadata/uid")
+            .and_then(Value::as_str)
+            .map(Uid::new);
         self.resource_version = refs::at(obj, "/metadata/resourceVersion")
             .and_then(Value::as_str)
             .and_then(|rv| rv.parse().ok());

@@ -13,7 +13,7 @@ use crate::core::policy::ResourceFlags;
 use crate::core::refs::ResourceRef;
 use crate::core::release::{Release, HALTED_ANNOTATION};
 use crate::core::restart::{self, Restarts, RESTART_ANNOTATION};
-use crate::core::window::{window_of, Windows};
+use crate::core::window::{own_window, window_of, Windows};
 use crate::core::WorkloadKind;
 
 use super::{hash_document, meta_str, read_documents};
@@ -82,9 +82,8 @@ pub fn explain(
     } else {
         serde_json::to_value(patch::render(workload, kind, &p.changes)?)?
     };
-    let annotations = workload.pointer("/metadata/annotations");
     // The namespace's default is not in the manifests: the workload's own window, or the flag's.
-    let window = match window_of(annotations, None, default_window) {
+    let window = match window_of(own_window(workload), None, default_window) {
         Ok(None) => Value::Null,
         Ok(Some(w)) => {
             let at = jiff::Timestamp::from_second(now).unwrap_or_default();

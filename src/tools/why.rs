@@ -25,7 +25,7 @@ use crate::core::refs::ResourceRef;
 use crate::core::release::Release;
 use crate::core::restart::{self, PodState, Restarts, Step};
 use crate::core::rollout::Progress;
-use crate::core::window::{window_of, Windows, RELOAD_WINDOW_ANNOTATION};
+use crate::core::window::{own_window, window_of, Windows, RELOAD_WINDOW_ANNOTATION};
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::ResourceKey;
 use crate::watch::digests;
@@ -540,7 +540,7 @@ impl Cluster {
     ) -> Result<Option<Value>> {
         let ns_window = self.namespace_window(ns).await?;
         if let Ok(Some(window)) = window_of(
-            obj.pointer("/metadata/annotations"),
+            own_window(obj),
             ns_window.as_deref(),
             self.default_window.as_ref(),
         ) {

@@ -185,11 +185,7 @@ impl Writer {
     }
 
     pub(super) fn uid_of(&self, key: &WorkloadKey) -> Option<String> {
-        self.index.skeleton(key).and_then(|(s, _)| {
-            s.pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .map(String::from)
-        })
+        self.index.uid_of(key)
     }
 
     /// A reload past `--max-rollouts-in-progress` waits until a slot is free for it (the writer wakes
@@ -222,18 +218,10 @@ impl Writer {
     /// The workload's reload window (`core::window::window_of`: its own, its namespace's, or
     /// `--reload-window`); an invalid value is reported once on the workload.
     pub(super) async fn window_of(&self, key: &WorkloadKey) -> Option<Windows> {
-        let skeleton = self.index.skeleton(key).map(|(s, _)| s);
-        let uid = skeleton
-            .as_ref()
-            .and_then(|s| s.pointer("/metadata/uid"))
-            .and_then(Value::as_str)
-            .map(String::from);
-        let annotations = skeleton
-            .as_ref()
-            .and_then(|s| s.pointer("/metadata/annotations"));
+        let own = self.index.window_of(key);
         let namespace = self.index.namespace_window(&key.namespace);
         match window::window_of(
-            annotations,
+            own.as_deref(),
             namespace.as_deref(),
             self.default_window.as_ref(),
         ) {
@@ -243,7 +231,7 @@ impl Writer {
                 let note = format!("{e}; reloading without a window");
                 self.warn_invalid(
                     key,
-                    uid.as_deref(),
+                    self.uid_of(key).as_deref(),
                     window::RELOAD_WINDOW_ANNOTATION,
                     &e.0,
                     note,

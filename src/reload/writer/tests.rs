@@ -194,6 +194,10 @@ async fn a_deployment_gets_one_strategic_patch_and_no_read() {
     );
     assert_eq!(server.events.len(), 1, "one Reloaded Event");
     assert_eq!(server.events[0]["reason"], "Reloaded");
+    assert_eq!(
+        server.events[0]["regarding"]["uid"], "u-web",
+        "the Event names the workload's uid, from the index entry"
+    );
     assert_eq!(failures(&metrics, "transient"), 0);
 }
 

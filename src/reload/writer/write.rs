@@ -25,6 +25,14 @@ use crate::reload::queue::{Pending, Upkeep};
 use crate::watch::digests;
 use std::time::Duration;
 
+/// What a reload is planned from, the resourceVersion that guards its write, and the object's uid
+/// (Events name it).
+pub(super) struct View {
+    pub value: Value,
+    pub rv: String,
+    pub uid: Option<String>,
+}
+
 impl Writer {
     pub(super) async fn attempt(
         &self,
@@ -33,13 +41,9 @@ impl Writer {
         pending: &Pending,
         from_index: bool,
     ) -> Result<Outcome, WriteError> {
-        let Some((value, rv)) = self.view(api, key, from_index).await? else {
+        let Some(View { value, rv, uid }) = self.view(api, key, from_index).await? else {
             return Ok(Outcome::Gone);
         };
-        let uid = value
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .map(String::from);
         let planned = self
             .plan_pending(key, uid.as_deref(), &value, pending)
             .await?;
@@ -86,16 +90,22 @@ impl Writer {
         }
     }
 
-    /// What to plan from, and the resourceVersion that guards the write: the index's skeleton, or the
-    /// object read from the API; `None` when the object is gone.
+    /// What to plan from: the index's skeleton, or the object read from the API; `None` when the
+    /// object is gone.
     pub(super) async fn view(
         &self,
         api: &Api<DynamicObject>,
         key: &WorkloadKey,
         from_index: bool,
-    ) -> Result<Option<(Value, String)>, WriteError> {
+    ) -> Result<Option<View>, WriteError> {
         let reason = match self.planning_view(key, from_index) {
-            Ok((skeleton, rv)) => return Ok(Some((skeleton, rv.to_string()))),
+            Ok((skeleton, rv)) => {
+                return Ok(Some(View {
+                    value: skeleton,
+                    rv: rv.to_string(),
+                    uid: self.index.uid_of(key),
+                }))
+            }
             Err(reason) => reason,
         };
         self.metrics.workload_read(reason);
@@ -111,9 +121,10 @@ impl Writer {
             .resource_version
             .clone()
             .ok_or_else(|| WriteError::Invalid("object has no resourceVersion".into()))?;
+        let uid = obj.metadata.uid.clone();
         let value = serde_json::to_value(&obj)
             .map_err(|_| WriteError::Invalid("object does not serialise".into()))?;
-        Ok(Some((value, rv)))
+        Ok(Some(View { value, rv, uid }))
     }
 
     /// Plans every pending change of the workload in turn, each on the result of the ones before.
