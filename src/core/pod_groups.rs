@@ -240,61 +240,6 @@ pub fn wanted(most_alive: usize, pods: &[PodState]) -> usize {
 mod tests {
     use super::*;
     use crate::core::policy::CONFIG_HASHES_ANNOTATION;
-    use crate::core::restart::{step, Step};
-
-    fn state(name: &str, ready: bool, terminating: bool, behind: bool) -> PodState {
-        PodState {
-            name: name.into(),
-            uid: None,
-            ready,
-            terminating,
-            behind,
-        }
-    }
-
-    #[test]
-    fn a_terminating_pod_is_wanted_until_it_is_gone() {
-        // db-0 was evicted and still terminates; its namesake comes only once it is gone. Counting
-        // the pods alive (2) would allow the next eviction with 2 of 3 up.
-        let pods = [
-            state("db-0", false, true, true),
-            state("db-1", true, false, true),
-            state("db-2", true, false, true),
-        ];
-        assert_eq!(wanted(0, &pods), 3);
-        assert!(matches!(
-            step(wanted(0, &pods), &pods, 1),
-            Step::Wait { .. }
-        ));
-        assert!(
-            matches!(step(2, &pods, 1), Step::Evict(_)),
-            "what counting the alive would do"
-        );
-        // Gone, and its replacement Ready and current: the walk goes on, at 3 wanted.
-        let pods = [
-            state("db-0", true, false, false),
-            state("db-1", true, false, true),
-            state("db-2", true, false, true),
-        ];
-        assert_eq!(
-            step(wanted(3, &pods), &pods, 1),
-            Step::Evict(vec!["db-2".into()])
-        );
-        // An owner that makes the replacement under a new name at once: 4 pods while the evicted one
-        // terminates, 3 wanted again once it is gone (never held by the count of a pod that left).
-        let during = [
-            state("op-a", false, true, true),
-            state("op-d", true, false, false),
-            state("op-b", true, false, true),
-            state("op-c", true, false, true),
-        ];
-        assert!(matches!(
-            step(wanted(3, &during), &during, 1),
-            Step::Wait { .. }
-        ));
-        let after = &during[1..];
-        assert!(matches!(step(wanted(3, after), after, 1), Step::Evict(_)));
-    }
 
     fn pod(labels: Value, owners: Value, annotations: Value) -> Value {
         json!({"metadata": {"name": "p-0", "labels": labels, "ownerReferences": owners,

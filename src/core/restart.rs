@@ -290,6 +290,7 @@ fn ordinal(name: &str) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::core::plan::Strategy;
+    use crate::core::pod_groups;
     use crate::core::policy::CONFIG_HASHES_ANNOTATION;
     use serde_json::json;
 
@@ -301,6 +302,53 @@ mod tests {
             terminating,
             behind,
         }
+    }
+
+    #[test]
+    fn a_terminating_pod_is_wanted_until_it_is_gone() {
+        // db-0 was evicted and still terminates; its namesake comes only once it is gone. Counting
+        // the pods alive (2) would allow the next eviction with 2 of 3 up.
+        let pods = [
+            pod("db-0", false, true, true),
+            pod("db-1", true, false, true),
+            pod("db-2", true, false, true),
+        ];
+        assert_eq!(pod_groups::wanted(0, &pods), 3);
+        assert!(matches!(
+            step(pod_groups::wanted(0, &pods), &pods, 1),
+            Step::Wait { .. }
+        ));
+        assert!(
+            matches!(step(2, &pods, 1), Step::Evict(_)),
+            "what counting the alive would do"
+        );
+        // Gone, and its replacement Ready and current: the walk goes on, at 3 wanted.
+        let pods = [
+            pod("db-0", true, false, false),
+            pod("db-1", true, false, true),
+            pod("db-2", true, false, true),
+        ];
+        assert_eq!(
+            step(pod_groups::wanted(3, &pods), &pods, 1),
+            Step::Evict(vec!["db-2".into()])
+        );
+        // An owner that makes the replacement under a new name at once: 4 pods while the evicted one
+        // terminates, 3 wanted again once it is gone (never held by the count of a pod that left).
+        let during = [
+            pod("op-a", false, true, true),
+            pod("op-d", true, false, false),
+            pod("op-b", true, false, true),
+            pod("op-c", true, false, true),
+        ];
+        assert!(matches!(
+            step(pod_groups::wanted(3, &during), &during, 1),
+            Step::Wait { .. }
+        ));
+        let after = &during[1..];
+        assert!(matches!(
+            step(pod_groups::wanted(3, after), after, 1),
+            Step::Evict(_)
+        ));
     }
 
     #[test]

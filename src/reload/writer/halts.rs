@@ -116,7 +116,7 @@ impl Writer {
         tracing::warn!(workload = %key, reason = %halt.reason, "rollout failed; change halted");
         self.publish(
             key,
-            self.uid_of(key).as_deref(),
+            self.index.uid_of(key).as_deref(),
             EventType::Warning,
             "ReloadHalted",
             note.clone(),
@@ -166,7 +166,7 @@ impl Writer {
         let note = format!("Halt on {} '{}' ended: {why}", key.kind, key.name);
         self.publish(
             key,
-            self.uid_of(key).as_deref(),
+            self.index.uid_of(key).as_deref(),
             EventType::Normal,
             "ReloadResumed",
             note,

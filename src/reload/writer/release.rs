@@ -74,7 +74,7 @@ impl Writer {
         if pending.deferred != Some(reason) {
             tracing::info!(%why, reason = reason.label(), "deferred");
             let note = format!("Reload of {} '{}' deferred: {why}", key.kind, key.name);
-            let uid = self.uid_of(key);
+            let uid = self.index.uid_of(key);
             self.publish(
                 key,
                 uid.as_deref(),
@@ -184,10 +184,6 @@ impl Writer {
             .is_empty()
     }
 
-    pub(super) fn uid_of(&self, key: &WorkloadKey) -> Option<String> {
-        self.index.uid_of(key)
-    }
-
     /// A reload past `--max-rollouts-in-progress` waits until a slot is free for it (the writer wakes
     /// it: [`Rollouts::run`]); its `ReloadDeferred` Event is posted once, when it starts waiting.
     pub(super) async fn over_budget(
@@ -231,7 +227,7 @@ impl Writer {
                 let note = format!("{e}; reloading without a window");
                 self.warn_invalid(
                     key,
-                    self.uid_of(key).as_deref(),
+                    self.index.uid_of(key).as_deref(),
                     window::RELOAD_WINDOW_ANNOTATION,
                     &e.0,
                     note,
