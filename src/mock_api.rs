@@ -22,8 +22,17 @@ pub struct ApiServer {
 }
 
 pub async fn serve(
+    handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
+    answer: impl FnMut(&Seen) -> (u16, Value) + Send + 'static,
+) -> ApiServer {
+    serve_slow_events(handle, answer, std::time::Duration::ZERO).await
+}
+
+/// As [`serve`], each Event answered `event_delay` after it arrived.
+pub async fn serve_slow_events(
     mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
     mut answer: impl FnMut(&Seen) -> (u16, Value) + Send + 'static,
+    event_delay: std::time::Duration,
 ) -> ApiServer {
     let mut server = ApiServer {
         requests: Vec::new(),
@@ -47,6 +56,7 @@ pub async fn serve(
             body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
         };
         let (status, reply) = if seen.path.contains("/events") {
+            tokio::time::sleep(event_delay).await;
             server.events.push(seen.body.clone());
             (201, seen.body.clone())
         } else {

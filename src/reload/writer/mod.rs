@@ -152,7 +152,10 @@ pub struct Writer {
 const FIELD_MANAGER: &str = "rekindle";
 
 enum Outcome {
-    Reloaded,
+    /// Written; `accepted` is when the apiserver accepted the write (before its Event was posted).
+    Reloaded {
+        accepted: Instant,
+    },
     NothingToDo,
     Gone,
     /// Leadership ended before the write: the next leader's catch-up makes it.
@@ -394,8 +397,8 @@ impl Writer {
     ) -> Finished {
         let started = Instant::now();
         match self.attempts(key, &pending, permit).await {
-            Ok(Outcome::Reloaded) => {
-                self.count_reloaded(key, &pending, started);
+            Ok(Outcome::Reloaded { accepted }) => {
+                self.count_reloaded(key, &pending, started, accepted);
                 Finished::Reloaded
             }
             Ok(Outcome::NothingToDo) => {
@@ -479,7 +482,13 @@ impl Writer {
             .inc();
     }
 
-    fn count_reloaded(&self, key: &WorkloadKey, pending: &Pending, started: Instant) {
+    fn count_reloaded(
+        &self,
+        key: &WorkloadKey,
+        pending: &Pending,
+        started: Instant,
+        accepted: Instant,
+    ) {
         let seconds = started.elapsed().as_secs_f64();
         self.metrics
             .reload_done(&key.namespace, key.kind, true, seconds);
@@ -488,7 +497,7 @@ impl Writer {
         if let Some(first) = pending.causes.values().min().filter(|_| !waited) {
             self.metrics
                 .reload_latency
-                .observe(first.elapsed().as_secs_f64());
+                .observe(accepted.saturating_duration_since(*first).as_secs_f64());
         }
     }
 

@@ -19,7 +19,7 @@ use crate::core::release::HaltedChange;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{Index, ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey};
 use crate::metrics::{Metrics, ReasonLabels};
-use crate::mock_api::{serve, status, ApiServer, Seen};
+use crate::mock_api::{serve, serve_slow_events, status, ApiServer, Seen};
 use crate::reload::lease::Leadership;
 use crate::reload::queue::{retry_delay, Deferred, Finished, Pending, Queue, QueueConfig};
 use crate::reload::rollouts::Rollouts;
@@ -81,6 +81,18 @@ fn fixture_leading(
     leadership: Leadership,
     answer: impl FnMut(&Seen) -> (u16, Value) + Send + 'static,
 ) -> (Fixture, WorkloadKey, Pending) {
+    fixture_served(kind, name, workload, leadership, Duration::ZERO, answer)
+}
+
+/// As [`fixture_leading`], the mock apiserver answering each Event `event_delay` late.
+fn fixture_served(
+    kind: WorkloadKind,
+    name: &str,
+    workload: &Value,
+    leadership: Leadership,
+    event_delay: Duration,
+    answer: impl FnMut(&Seen) -> (u16, Value) + Send + 'static,
+) -> (Fixture, WorkloadKey, Pending) {
     let (client, handle) = crate::mock_api::client();
     let plan = PlanConfig::default();
     let index = Arc::new(Index::new());
@@ -135,7 +147,7 @@ fn fixture_leading(
             now,
         )]),
     };
-    let server = tokio::spawn(serve(handle, answer));
+    let server = tokio::spawn(serve_slow_events(handle, answer, event_delay));
     (
         Fixture {
             writer,
@@ -199,6 +211,47 @@ async fn a_deployment_gets_one_strategic_patch_and_no_read() {
         "the Event names the workload's uid, from the index entry"
     );
     assert_eq!(failures(&metrics, "transient"), 0);
+}
+
+/// `rekindle_reload_latency_seconds` ends at the accepted PATCH: the Event posted after it (here a
+/// second late) is not part of it.
+#[tokio::test(start_paused = true)]
+async fn the_reload_latency_ends_at_the_accepted_patch_not_at_its_event() {
+    let (f, key, pending) = fixture_served(
+        WorkloadKind::Deployment,
+        "web",
+        &deployment("7"),
+        Leadership::always(),
+        Duration::from_secs(1),
+        |_| (200, deployment("8")),
+    );
+    let started = Instant::now();
+    assert!(f.writer.reload(&key, &pending).await);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "the Event was waited for"
+    );
+    let metrics = f.metrics.clone();
+    let server = f.finish().await;
+    assert_eq!(server.events.len(), 1);
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register(
+        "rekindle_reload_latency_seconds",
+        "",
+        metrics.reload_latency.clone(),
+    );
+    let mut body = String::new();
+    prometheus_client::encoding::text::encode(&mut body, &registry).unwrap();
+    let sum: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("rekindle_reload_latency_seconds_sum "))
+        .expect("the histogram's sum")
+        .parse()
+        .unwrap();
+    assert!(
+        sum < 0.5,
+        "reload latency {sum} s includes the Event's second"
+    );
 }
 
 /// A patch that lost to another write (the object moved since the index saw it, or the write was held

@@ -5,6 +5,7 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::Api;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::{Outcome, Planned, Writer, FIELD_MANAGER, PATCH_TIMEOUT};
 use crate::core::keys::{self, Owed, RELOAD_ON_ANNOTATION};
@@ -73,6 +74,7 @@ impl Writer {
         };
         match written {
             Ok(written) => {
+                let accepted = Instant::now();
                 let canary = self.index.release_of(key).is_some_and(|r| r.canary);
                 self.rollouts
                     .written(key, &written, planned.halted_changes, canary);
@@ -82,7 +84,7 @@ impl Writer {
                 }
                 self.announce(key, uid.as_deref(), &planned.reasons, action, restarts)
                     .await;
-                Ok(Outcome::Reloaded)
+                Ok(Outcome::Reloaded { accepted })
             }
             Err(WriteError::Gone) => Ok(Outcome::Gone),
             Err(WriteError::NotLeader) => Ok(Outcome::NotLeader),

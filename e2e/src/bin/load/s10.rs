@@ -83,6 +83,11 @@ pub struct S10Run {
     pub idle_cpu_per_30s: Option<f64>,
     pub paced: Paced,
     pub rss_after_changes_bytes: u64,
+    /// rekindle's own account of the paced round's reloads (`/metrics`): the mean time from the watch
+    /// event of a change to the accepted PATCH, and the mean PATCH alone (its round trip to the
+    /// apiserver). Their difference is rekindle's own work per reload.
+    pub reload_mean_ms: Option<f64>,
+    pub patch_mean_ms: Option<f64>,
     /// rekindle's consistency passes while it ran (`rekindle_consistency_pass_duration_seconds`).
     pub consistency_passes: Option<f64>,
     pub consistency_pass_mean_s: Option<f64>,
@@ -571,7 +576,9 @@ async fn rekindle_run(
         .map(|at| at.saturating_duration_since(started).as_secs_f64());
     drop(rx);
     let (rss_after_sync, idle) = sync_and_idle(&rk).await;
+    let before = ReloadTimes::of(&rk).await?;
     let paced_round = paced(client, sizes, namespaces, &rk, round).await?;
+    let during = ReloadTimes::of(&rk).await?.minus(&before);
     let rss_after_changes = rk.rss().unwrap_or(0);
     let passes = rk
         .metric("rekindle_consistency_pass_duration_seconds_count")
@@ -591,12 +598,67 @@ async fn rekindle_run(
         idle_cpu_per_30s: idle,
         paced: paced_round,
         rss_after_changes_bytes: rss_after_changes,
+        reload_mean_ms: during.reload_mean_ms(),
+        patch_mean_ms: during.patch_mean_ms(),
         consistency_passes: passes,
         consistency_pass_mean_s: match (passes, sum) {
             (Some(n), Some(s)) if n > 0.0 => Some(s / n),
             _ => None,
         },
     })
+}
+
+/// Sums and counts of rekindle's reload latency and of its PATCH round trips.
+#[derive(Default)]
+struct ReloadTimes {
+    reload: (f64, f64),
+    patch: (f64, f64),
+}
+
+impl ReloadTimes {
+    async fn of(rk: &Rekindle) -> Result<Self> {
+        let body = rk.metrics().await?;
+        // The PATCH series alone of `rest_client_request_duration_seconds` (labelled by host too).
+        let patch = |suffix: &str| {
+            body.lines()
+                .filter(|l| {
+                    l.starts_with(&format!("rest_client_request_duration_seconds_{suffix}{{"))
+                        && l.contains("verb=\"PATCH\"")
+                })
+                .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+                .sum::<f64>()
+        };
+        let plain = |series: &str| {
+            body.lines()
+                .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or(0.0)
+        };
+        Ok(Self {
+            reload: (
+                plain("rekindle_reload_latency_seconds_sum"),
+                plain("rekindle_reload_latency_seconds_count"),
+            ),
+            patch: (patch("sum"), patch("count")),
+        })
+    }
+
+    fn minus(self, before: &Self) -> Self {
+        Self {
+            reload: (
+                self.reload.0 - before.reload.0,
+                self.reload.1 - before.reload.1,
+            ),
+            patch: (self.patch.0 - before.patch.0, self.patch.1 - before.patch.1),
+        }
+    }
+
+    fn reload_mean_ms(&self) -> Option<f64> {
+        (self.reload.1 > 0.0).then(|| self.reload.0 / self.reload.1 * 1000.0)
+    }
+
+    fn patch_mean_ms(&self) -> Option<f64> {
+        (self.patch.1 > 0.0).then(|| self.patch.0 / self.patch.1 * 1000.0)
+    }
 }
 
 /// RSS 5 s after sync, and CPU over the 30 idle seconds that follow.
@@ -729,6 +791,8 @@ async fn reloader_run(
         idle_cpu_per_30s: idle,
         paced: paced_round,
         rss_after_changes_bytes: rss_after_changes,
+        reload_mean_ms: None,
+        patch_mean_ms: None,
         consistency_passes: None,
         consistency_pass_mean_s: None,
     })
@@ -810,6 +874,18 @@ another probe's template itself once a tick in the same round (its p50 and p99 a
                 cell(c.paced.controller_cpu_per_change_ms, 2),
                 cell(c.consistency_pass_mean_s.map(|s| s * 1000.0), 1),
             );
+        }
+    }
+    md += "\nrekindle's own account of the paced rounds (`/metrics`, means): from the watch event of a change to the accepted PATCH, of which the PATCH's round trip to the apiserver, and the rest, rekindle's own work per reload:\n\n";
+    for s in &r.sizes {
+        for c in &s.controllers {
+            if let (Some(reload), Some(patch)) = (c.reload_mean_ms, c.patch_mean_ms) {
+                md += &format!(
+                    "- at {}: {reload:.2} ms, of which the PATCH {patch:.2} ms and rekindle {:.2} ms\n",
+                    s.workloads,
+                    reload - patch
+                );
+            }
         }
     }
     md += "\nRequests per change by verb and resource (`apiserver_request_total` over the round, less the bench's own PATCHes):\n\n";
