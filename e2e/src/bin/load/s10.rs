@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use e2e::rekindle::{http_get, Options, Rekindle};
+use e2e::rekindle::{http_get, sample, Options, Rekindle};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, Namespace, Secret};
@@ -464,24 +464,14 @@ async fn paced(
         // 7919 is prime: consecutive changes walk the namespaces in a scattered order.
         let k = (c * 7919) % namespaces;
         let other = (k + namespaces / 2) % namespaces;
-        let ds: Api<Deployment> = Api::namespaced(client.clone(), &ns_of(other, namespaces));
+        let (bare_name, bare_ns) = (format!("d-{other}"), ns_of(other, namespaces));
+        let ds: Api<Deployment> = Api::namespaced(client.clone(), &bare_ns);
         let patch =
             json!({"spec": {"template": {"metadata": {"annotations": {BARE_ANNOTATION: value}}}}});
         let at = Instant::now();
-        ds.patch(
-            &format!("d-{other}"),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
-        match seen(
-            &mut rx,
-            &format!("d-{other}"),
-            &value,
-            Duration::from_secs(10),
-        )
-        .await
-        {
+        ds.patch(&bare_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        match seen(&mut rx, &bare_name, &value, Duration::from_secs(10)).await {
             Some(seen_at) => bare.push(ms_between(at, seen_at)),
             None => bare_missed += 1,
         }
@@ -609,7 +599,6 @@ async fn rekindle_run(
 }
 
 /// Sums and counts of rekindle's reload latency and of its PATCH round trips.
-#[derive(Default)]
 struct ReloadTimes {
     reload: (f64, f64),
     patch: (f64, f64),
@@ -628,15 +617,10 @@ impl ReloadTimes {
                 .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
                 .sum::<f64>()
         };
-        let plain = |series: &str| {
-            body.lines()
-                .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-                .unwrap_or(0.0)
-        };
         Ok(Self {
             reload: (
-                plain("rekindle_reload_latency_seconds_sum"),
-                plain("rekindle_reload_latency_seconds_count"),
+                sample(&body, "rekindle_reload_latency_seconds_sum"),
+                sample(&body, "rekindle_reload_latency_seconds_count"),
             ),
             patch: (patch("sum"), patch("count")),
         })
