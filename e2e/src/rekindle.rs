@@ -148,7 +148,7 @@ pub async fn http_get_accept(port: u16, path: &str, accept: Option<&str>) -> Res
 }
 
 /// The value of one sample (exact series text) in a `/metrics` body, 0 when absent.
-pub fn sample(body: &str, series: &str) -> f64 {
+fn sample(body: &str, series: &str) -> f64 {
     body.lines()
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
         .unwrap_or(0.0)

@@ -72,6 +72,15 @@ pub struct WorkloadEntry {
 }
 
 impl WorkloadEntry {
+    /// Which of `chunks` parts of a pass over every workload this one falls in: from its uid, random
+    /// and kept in the entry, so telling costs no lookup (without a uid, the first).
+    pub fn pass_chunk(&self, chunks: u8) -> u8 {
+        match &self.uid {
+            Some(Uid::Uuid(bytes)) => bytes[15] % chunks,
+            _ => 0,
+        }
+    }
+
     pub fn from_object(cfg: &PlanConfig, obj: &Value, kind: WorkloadKind) -> Self {
         Self::with_policy(cfg, obj, kind).0
     }

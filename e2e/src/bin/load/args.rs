@@ -27,6 +27,22 @@ pub struct Args {
     pub sizes: Sizes,
 }
 
+/// A controller S10 measures.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum S10Controller {
+    Rekindle,
+    Reloader,
+}
+
+impl S10Controller {
+    pub fn name(self) -> &'static str {
+        match self {
+            S10Controller::Rekindle => "rekindle",
+            S10Controller::Reloader => "Reloader",
+        }
+    }
+}
+
 /// A part run alone with `--only`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Part {
@@ -158,6 +174,15 @@ pub struct Sizes {
     /// S10: the Reloader binary (default: built by `e2e/scripts/build-companions.sh reloader`).
     #[arg(long, env = "REKINDLE_BENCH_S10_RELOADER", value_parser = existing_file)]
     pub s10_reloader: Option<PathBuf>,
+    /// S10: the controllers measured at each size, in turn (rekindle alone for a quicker look at it).
+    #[arg(
+        long,
+        env = "REKINDLE_BENCH_S10_CONTROLLERS",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "rekindle,reloader"
+    )]
+    pub s10_controllers: Vec<S10Controller>,
     /// S10: leave the objects in their namespaces (a later run reuses them).
     #[arg(long, env = "REKINDLE_BENCH_S10_KEEP", default_value_t = false, action = clap::ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub s10_keep: bool,
@@ -211,5 +236,12 @@ mod tests {
         assert!(Args::try_parse_from(["load", "--s10-namespaces", "2"]).is_err());
         assert!(Args::try_parse_from(["load", "--s10-changes", "0"]).is_err());
         assert!(Args::try_parse_from(["load", "--s10-reloader", "/no/such/binary"]).is_err());
+        assert_eq!(
+            args.sizes.s10_controllers,
+            [S10Controller::Rekindle, S10Controller::Reloader]
+        );
+        let alone = Args::try_parse_from(["load", "--s10-controllers", "rekindle"]).unwrap();
+        assert_eq!(alone.sizes.s10_controllers, [S10Controller::Rekindle]);
+        assert!(Args::try_parse_from(["load", "--s10-controllers", "flux"]).is_err());
     }
 }

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use e2e::rekindle::{http_get, sample, Options, Rekindle};
+use e2e::rekindle::{http_get, Options, Rekindle};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, Namespace, Secret};
@@ -37,7 +37,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::args::Args;
+use crate::args::{Args, S10Controller};
 use crate::cluster::{quiesce, settle};
 use crate::measure::{mib, request_counts, summary};
 use crate::results::Latency;
@@ -88,6 +88,9 @@ pub struct S10Run {
     /// apiserver). Their difference is rekindle's own work per reload.
     pub reload_mean_ms: Option<f64>,
     pub patch_mean_ms: Option<f64>,
+    /// The apiserver's own time for a PATCH of a Deployment over the round (`apiserver_request_duration_seconds`,
+    /// the bare client's and rekindle's): what of rekindle's PATCH round trip was the apiserver's.
+    pub apiserver_patch_mean_ms: Option<f64>,
     /// rekindle's consistency passes while it ran (`rekindle_consistency_pass_duration_seconds`).
     pub consistency_passes: Option<f64>,
     pub consistency_pass_mean_s: Option<f64>,
@@ -114,9 +117,11 @@ pub struct Paced {
 pub async fn run(client: &Client, args: &Args) -> Result<()> {
     let sizes = &args.sizes;
     let namespaces = sizes.s10_namespaces;
+    let with_reloader = sizes.s10_controllers.contains(&S10Controller::Reloader);
     let reloader = match &sizes.s10_reloader {
         Some(p) => p.clone(),
-        None => build_reloader()?,
+        None if with_reloader => build_reloader()?,
+        None => PathBuf::from("(not run)"),
     };
     let reloader_kubeconfig = reloader_identity(client).await?;
     let mut steps = sizes.s10_workloads.clone();
@@ -145,17 +150,18 @@ pub async fn run(client: &Client, args: &Args) -> Result<()> {
         eprintln!("S10 at {n}: created in {created_s:.0} s, settled in {settled_s:.0} s");
         let mut controllers = Vec::new();
         // Taking turns: rekindle first at even sizes, Reloader first at odd ones.
-        let order = if turn % 2 == 0 {
-            [Controller::Rekindle, Controller::Reloader]
-        } else {
-            [Controller::Reloader, Controller::Rekindle]
-        };
+        let mut order = sizes.s10_controllers.clone();
+        if turn % 2 == 1 {
+            order.reverse();
+        }
         for who in order {
             settle(client).await?;
             eprintln!("S10 at {n}: {} …", who.name());
             let run = match who {
-                Controller::Rekindle => rekindle_run(client, sizes, namespaces, &mut round).await?,
-                Controller::Reloader => {
+                S10Controller::Rekindle => {
+                    rekindle_run(client, sizes, namespaces, &mut round).await?
+                }
+                S10Controller::Reloader => {
                     reloader_run(
                         client,
                         sizes,
@@ -185,21 +191,6 @@ pub async fn run(client: &Client, args: &Args) -> Result<()> {
         delete_namespaces(client, namespaces).await?;
     }
     Ok(())
-}
-
-#[derive(Clone, Copy)]
-enum Controller {
-    Rekindle,
-    Reloader,
-}
-
-impl Controller {
-    fn name(self) -> &'static str {
-        match self {
-            Controller::Rekindle => "rekindle",
-            Controller::Reloader => "Reloader",
-        }
-    }
 }
 
 fn ns_of(i: usize, namespaces: usize) -> String {
@@ -566,9 +557,9 @@ async fn rekindle_run(
         .map(|at| at.saturating_duration_since(started).as_secs_f64());
     drop(rx);
     let (rss_after_sync, idle) = sync_and_idle(&rk).await;
-    let before = ReloadTimes::of(&rk).await?;
+    let before = ReloadTimes::of(client, &rk).await?;
     let paced_round = paced(client, sizes, namespaces, &rk, round).await?;
-    let during = ReloadTimes::of(&rk).await?.minus(&before);
+    let during = ReloadTimes::of(client, &rk).await?.minus(&before);
     let rss_after_changes = rk.rss().unwrap_or(0);
     let passes = rk
         .metric("rekindle_consistency_pass_duration_seconds_count")
@@ -588,8 +579,9 @@ async fn rekindle_run(
         idle_cpu_per_30s: idle,
         paced: paced_round,
         rss_after_changes_bytes: rss_after_changes,
-        reload_mean_ms: during.reload_mean_ms(),
-        patch_mean_ms: during.patch_mean_ms(),
+        reload_mean_ms: during.reload.mean_ms(),
+        patch_mean_ms: during.patch.mean_ms(),
+        apiserver_patch_mean_ms: during.apiserver_patch.mean_ms(),
         consistency_passes: passes,
         consistency_pass_mean_s: match (passes, sum) {
             (Some(n), Some(s)) if n > 0.0 => Some(s / n),
@@ -600,48 +592,72 @@ async fn rekindle_run(
 
 /// Sums and counts of rekindle's reload latency and of its PATCH round trips.
 struct ReloadTimes {
-    reload: (f64, f64),
-    patch: (f64, f64),
+    reload: SumCount,
+    patch: SumCount,
+    /// The apiserver's own time for the PATCHes of Deployments (the bare client's and rekindle's).
+    apiserver_patch: SumCount,
+}
+
+/// A histogram's `_sum` and `_count`, summed over the series that match.
+#[derive(Clone, Copy, Default)]
+struct SumCount(f64, f64);
+
+impl SumCount {
+    /// `metric`'s series whose labels contain every one of `labels` (`key="value"`).
+    fn of(body: &str, metric: &str, labels: &[&str]) -> Self {
+        let total = |suffix: &str| {
+            let prefix = format!("{metric}_{suffix}");
+            body.lines()
+                .filter_map(|l| l.strip_prefix(&prefix))
+                .filter(|rest| rest.starts_with([' ', '{']))
+                .filter(|rest| labels.iter().all(|label| rest.contains(label)))
+                .filter_map(|rest| rest.rsplit_once(' ')?.1.parse::<f64>().ok())
+                .sum::<f64>()
+        };
+        Self(total("sum"), total("count"))
+    }
+
+    fn minus(self, before: Self) -> Self {
+        Self(self.0 - before.0, self.1 - before.1)
+    }
+
+    fn mean_ms(self) -> Option<f64> {
+        (self.1 > 0.0).then(|| self.0 / self.1 * 1000.0)
+    }
 }
 
 impl ReloadTimes {
-    async fn of(rk: &Rekindle) -> Result<Self> {
+    async fn of(client: &Client, rk: &Rekindle) -> Result<Self> {
         let body = rk.metrics().await?;
-        // The PATCH series alone of `rest_client_request_duration_seconds` (labelled by host too).
-        let patch = |suffix: &str| {
-            body.lines()
-                .filter(|l| {
-                    l.starts_with(&format!("rest_client_request_duration_seconds_{suffix}{{"))
-                        && l.contains("verb=\"PATCH\"")
-                })
-                .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-                .sum::<f64>()
-        };
+        let apiserver = client
+            .request_text(http::Request::get("/metrics").body(Vec::new())?)
+            .await?;
         Ok(Self {
-            reload: (
-                sample(&body, "rekindle_reload_latency_seconds_sum"),
-                sample(&body, "rekindle_reload_latency_seconds_count"),
+            reload: SumCount::of(&body, "rekindle_reload_latency_seconds", &[]),
+            // Labelled by host too: every PATCH series.
+            patch: SumCount::of(
+                &body,
+                "rest_client_request_duration_seconds",
+                &["verb=\"PATCH\""],
             ),
-            patch: (patch("sum"), patch("count")),
+            apiserver_patch: SumCount::of(
+                &apiserver,
+                "apiserver_request_duration_seconds",
+                &[
+                    "verb=\"PATCH\"",
+                    "resource=\"deployments\"",
+                    "subresource=\"\"",
+                ],
+            ),
         })
     }
 
     fn minus(self, before: &Self) -> Self {
         Self {
-            reload: (
-                self.reload.0 - before.reload.0,
-                self.reload.1 - before.reload.1,
-            ),
-            patch: (self.patch.0 - before.patch.0, self.patch.1 - before.patch.1),
+            reload: self.reload.minus(before.reload),
+            patch: self.patch.minus(before.patch),
+            apiserver_patch: self.apiserver_patch.minus(before.apiserver_patch),
         }
-    }
-
-    fn reload_mean_ms(&self) -> Option<f64> {
-        (self.reload.1 > 0.0).then(|| self.reload.0 / self.reload.1 * 1000.0)
-    }
-
-    fn patch_mean_ms(&self) -> Option<f64> {
-        (self.patch.1 > 0.0).then(|| self.patch.0 / self.patch.1 * 1000.0)
     }
 }
 
@@ -777,6 +793,7 @@ async fn reloader_run(
         rss_after_changes_bytes: rss_after_changes,
         reload_mean_ms: None,
         patch_mean_ms: None,
+        apiserver_patch_mean_ms: None,
         consistency_passes: None,
         consistency_pass_mean_s: None,
     })
@@ -865,9 +882,10 @@ another probe's template itself once a tick in the same round (its p50 and p99 a
         for c in &s.controllers {
             if let (Some(reload), Some(patch)) = (c.reload_mean_ms, c.patch_mean_ms) {
                 md += &format!(
-                    "- at {}: {reload:.2} ms, of which the PATCH {patch:.2} ms and rekindle {:.2} ms\n",
+                    "- at {}: {reload:.2} ms, of which the PATCH {patch:.2} ms and rekindle {:.2} ms; the apiserver's own time for a PATCH of a Deployment {} ms\n",
                     s.workloads,
-                    reload - patch
+                    reload - patch,
+                    cell(c.apiserver_patch_mean_ms, 2),
                 );
             }
         }
