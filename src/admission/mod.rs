@@ -263,8 +263,8 @@ impl Admission {
         let record = !name.is_empty() && !req.dry_run && !is_pod(&req.kind);
         let key = WorkloadKey {
             kind,
-            namespace: namespace.to_string(),
-            name,
+            namespace: namespace.into(),
+            name: name.into(),
         };
         let mut hashes = self.index.admit(&key, &entry, record);
         // Value digests of the resources read key by key (behaviour §14), for the refs that may get a

@@ -205,7 +205,7 @@ fn parse_stamps(hashes: BTreeMap<String, String>) -> Vec<(ResourceRef, String)> 
             Some((
                 ResourceRef {
                     kind,
-                    name: name.to_string(),
+                    name: name.into(),
                 },
                 hash,
             ))

@@ -7,11 +7,15 @@ use serde_json::Value;
 
 use super::{ResourceKind, WorkloadKind};
 
+/// An object's name or namespace: kept in place up to 24 bytes (most names are), so the index's
+/// hundreds of thousands of keys cost no allocation each (docs/scaling.md).
+pub type Name = compact_str::CompactString;
+
 /// A resource named by a workload, in the workload's namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ResourceRef {
     pub kind: ResourceKind,
-    pub name: String,
+    pub name: Name,
 }
 
 /// The container the env var goes to: index in `containers` and its name.
@@ -60,7 +64,7 @@ fn named_resources(spec: &Value) -> BTreeSet<ResourceRef> {
         if let Some(name) = name.filter(|n| !n.is_empty()) {
             out.insert(ResourceRef {
                 kind,
-                name: name.to_string(),
+                name: name.into(),
             });
         }
     };

@@ -4,14 +4,14 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::{ResourceKey, WorkloadEntry, WorkloadKey};
-use crate::core::refs::ResourceRef;
+use crate::core::refs::{Name, ResourceRef};
 
 #[derive(Debug, Default)]
 pub(super) struct Dependents {
     /// resource → workloads naming it.
     by_name: HashMap<ResourceKey, Named>,
     /// namespace → workloads with reload patterns.
-    by_pattern: HashMap<String, HashSet<WorkloadKey>>,
+    by_pattern: HashMap<Name, HashSet<WorkloadKey>>,
 }
 
 impl Dependents {
@@ -217,7 +217,7 @@ mod tests {
         let names = |d: &Dependents| -> Vec<String> {
             let mut v: Vec<String> = d
                 .named(&cm("ns", "shared"))
-                .map(|k| k.name.clone())
+                .map(|k| k.name.to_string())
                 .collect();
             v.sort();
             v

@@ -26,15 +26,15 @@ pub use workload::{Uid, WorkloadEntry};
 use crate::core::hash::StoredHash;
 use crate::core::keys::{self, KeyDigests};
 use crate::core::policy::ResourceFlags;
-use crate::core::refs::ResourceRef;
+use crate::core::refs::{Name, ResourceRef};
 use crate::core::release::Release;
 use crate::core::{ResourceKind, WorkloadKind};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WorkloadKey {
     pub kind: WorkloadKind,
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
 }
 
 impl std::fmt::Display for WorkloadKey {
@@ -46,16 +46,16 @@ impl std::fmt::Display for WorkloadKey {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ResourceKey {
     pub kind: ResourceKind,
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
 }
 
 impl ResourceKey {
     pub fn new(kind: ResourceKind, namespace: &str, name: &str) -> Self {
         Self {
             kind,
-            namespace: namespace.to_string(),
-            name: name.to_string(),
+            namespace: namespace.into(),
+            name: name.into(),
         }
     }
 }
@@ -1088,7 +1088,7 @@ mod tests {
         );
         index.update_resource(&cm_key("ns", "cfg"), entry("new"), None);
         let names = |stale: Vec<(WorkloadKey, ResourceRef)>| -> Vec<String> {
-            stale.into_iter().map(|(w, _)| w.name).collect()
+            stale.into_iter().map(|(w, _)| w.name.to_string()).collect()
         };
         // ConfigMaps listed, Secrets not yet: the workload that also has a Secret's marker waits, even
         // though only its ConfigMap's marker is stale so far.

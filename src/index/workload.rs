@@ -220,7 +220,7 @@ impl WorkloadEntry {
         self.has_patterns
             || self.references(&ResourceRef {
                 kind,
-                name: name.to_string(),
+                name: name.into(),
             })
     }
 }

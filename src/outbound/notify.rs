@@ -92,7 +92,7 @@ impl Notifier {
     ) -> Vec<WorkloadKey> {
         let r = ResourceRef {
             kind,
-            name: name.to_string(),
+            name: name.into(),
         };
         dependents
             .iter()

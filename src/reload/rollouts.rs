@@ -275,7 +275,7 @@ impl Rollouts {
                         .markers()
                         .map(|(r, hash)| HaltedChange {
                             kind: r.kind,
-                            name: r.name.clone(),
+                            name: r.name.to_string(),
                             hash: hash.to_string(),
                         })
                         .collect()
@@ -705,7 +705,7 @@ pub(crate) mod tests {
         let c = &change()[0];
         let cm = ResourceRef {
             kind: c.kind,
-            name: c.name.clone(),
+            name: c.name.as_str().into(),
         };
         assert_eq!(r.admit(&key("a"), 0), Admission::Go);
         r.written(&key("a"), &deployment(2, false), change(), false);

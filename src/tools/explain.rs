@@ -58,7 +58,7 @@ pub fn explain(
     };
     let changed_ref = ResourceRef {
         kind: res.resource_kind,
-        name: res.resource_name.clone(),
+        name: res.resource_name.as_str().into(),
     };
     // Used keys (behaviour §14): the manifest holds the values, so the digests are always there.
     let read = plan::keys_read(cfg, workload, kind, &changed_ref);

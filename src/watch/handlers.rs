@@ -282,8 +282,8 @@ impl Handler<WorkloadObject> for Workloads {
     fn key(&self, obj: &WorkloadObject) -> WorkloadKey {
         WorkloadKey {
             kind: self.kind,
-            namespace: obj.namespace().unwrap_or_default(),
-            name: obj.name_any(),
+            namespace: obj.namespace().unwrap_or_default().into(),
+            name: obj.name_any().into(),
         }
     }
 

@@ -65,8 +65,8 @@ impl Handler<Pod> for Pods {
         let id = self.key(&pod);
         let group = WorkloadKey {
             kind: WorkloadKind::Pods,
-            namespace: id.0.clone(),
-            name: pod_groups::group_of(&value),
+            namespace: id.0.as_str().into(),
+            name: pod_groups::group_of(&value).into(),
         };
         let stamps = pod_groups::stamps(&value);
         if self.group_of.get(&id) != Some(&group) {

@@ -133,8 +133,8 @@ pub(super) fn subject(key: &WorkloadKey, uid: Option<&str>) -> ObjectReference {
     ObjectReference {
         api_version: Some(key.kind.api_version().to_string()),
         kind: Some(key.kind.name().to_string()),
-        name: Some(key.name.clone()),
-        namespace: Some(key.namespace.clone()),
+        name: Some(key.name.to_string()),
+        namespace: Some(key.namespace.to_string()),
         uid: uid.map(String::from),
         ..Default::default()
     }

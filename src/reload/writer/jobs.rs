@@ -147,8 +147,8 @@ impl Writer {
             return Ok(false);
         };
         let record = Record {
-            namespace: key.namespace.clone(),
-            name: key.name.clone(),
+            namespace: key.namespace.to_string(),
+            name: key.name.to_string(),
             old_uid: old_uid.to_string(),
             job,
         };
@@ -197,8 +197,8 @@ impl Writer {
         for record in left {
             let key = WorkloadKey {
                 kind: WorkloadKind::Job,
-                namespace: record.namespace.clone(),
-                name: record.name.clone(),
+                namespace: record.namespace.as_str().into(),
+                name: record.name.as_str().into(),
             };
             if !self.rollouts.serves(&key) {
                 // Another installation sharing this namespace for its records, scoped elsewhere:

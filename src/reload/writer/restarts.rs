@@ -175,7 +175,7 @@ impl Writer {
                 api_version: Some("v1".into()),
                 kind: Some("Pod".into()),
                 name: Some(name.clone()),
-                namespace: Some(key.namespace.clone()),
+                namespace: Some(key.namespace.to_string()),
                 uid: text("/metadata/uid"),
                 ..Default::default()
             };
@@ -193,7 +193,7 @@ impl Writer {
             api_version: Some(owner.api_version.clone()),
             kind: Some(owner.kind.clone()),
             name: Some(owner.name.clone()),
-            namespace: Some(key.namespace.clone()),
+            namespace: Some(key.namespace.to_string()),
             uid: Some(owner.uid.clone()),
             ..Default::default()
         };
@@ -201,7 +201,7 @@ impl Writer {
             let workload = WorkloadKey {
                 kind,
                 namespace: key.namespace.clone(),
-                name,
+                name: name.into(),
             };
             if self.index.workload(&workload).is_some() {
                 if self.first_time(key, "left to its workload") {

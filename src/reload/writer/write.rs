@@ -197,7 +197,7 @@ impl Writer {
             planned.reasons.push(r.clone());
             planned.halted_changes.push(HaltedChange {
                 kind: r.kind,
-                name: r.name.clone(),
+                name: r.name.to_string(),
                 hash: hash.to_string(),
             });
         }
