@@ -1021,6 +1021,16 @@ mod tests {
     }
 
     #[test]
+    fn keys_keep_names_of_up_to_24_bytes_in_place() {
+        let key = ResourceKey::new(ResourceKind::ConfigMap, "kube-system", "coredns-config");
+        assert!(!key.namespace.is_heap_allocated() && !key.name.is_heap_allocated());
+        let long = "a-configmap-name-longer-than-24-bytes";
+        let key = ResourceKey::new(ResourceKind::ConfigMap, "ns", long);
+        assert_eq!(key.name, long);
+        assert!(key.name.is_heap_allocated());
+    }
+
+    #[test]
     fn a_pass_in_chunks_compares_every_workload_once() {
         let index = Index::new();
         let mut all = Vec::new();
