@@ -37,7 +37,8 @@ pub fn summary(mut ms: Vec<f64>) -> Latency {
     }
 }
 
-/// The apiserver's own `apiserver_admission_webhook_admission_duration_seconds` for rekindle's webhook.
+/// A Prometheus histogram, summed over the series kept: for example the apiserver's own
+/// `apiserver_admission_webhook_admission_duration_seconds` for rekindle's webhook.
 #[derive(Default)]
 pub struct Histogram {
     buckets: BTreeMap<String, f64>,
@@ -53,6 +54,11 @@ impl Histogram {
         self.sum -= before.sum;
         self.count -= before.count;
         self
+    }
+
+    /// The mean in milliseconds; `None` without observations.
+    pub fn mean_ms(&self) -> Option<f64> {
+        (self.count > 0.0).then(|| self.sum / self.count * 1000.0)
     }
 
     /// Mean, and the upper bound of the bucket holding p50 and p99.
@@ -81,11 +87,7 @@ impl Histogram {
         };
         Buckets {
             requests: self.count,
-            mean_ms: if self.count > 0.0 {
-                self.sum / self.count * 1000.0
-            } else {
-                f64::NAN
-            },
+            mean_ms: self.mean_ms().unwrap_or(f64::NAN),
             p50_bucket_le_ms: quantile(0.5),
             p99_bucket_le_ms: quantile(0.99),
         }
@@ -200,4 +202,37 @@ pub fn workloads_and_configmaps(_verb: &str, resource: &str) -> bool {
         resource,
         "deployments" | "configmaps" | "statefulsets" | "daemonsets"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Histogram;
+
+    #[test]
+    fn a_histogram_sums_the_series_kept_and_its_mean_is_of_the_difference() {
+        let text = |patch_sum: f64, patch_count: f64| {
+            format!(
+                "# HELP rest_client_request_duration_seconds x\n\
+                 rest_client_request_duration_seconds_bucket{{host=\"a\",verb=\"PATCH\",le=\"0.005\"}} {patch_count}\n\
+                 rest_client_request_duration_seconds_sum{{host=\"a\",verb=\"PATCH\"}} {patch_sum}\n\
+                 rest_client_request_duration_seconds_count{{host=\"a\",verb=\"PATCH\"}} {patch_count}\n\
+                 rest_client_request_duration_seconds_sum{{host=\"a\",verb=\"GET\"}} 9\n\
+                 rest_client_request_duration_seconds_count{{host=\"a\",verb=\"GET\"}} 3\n"
+            )
+        };
+        let patch = |l: &str| l.contains("verb=\"PATCH\"");
+        let before = Histogram::parse(
+            &text(0.010, 2.0),
+            "rest_client_request_duration_seconds",
+            patch,
+        );
+        let after = Histogram::parse(
+            &text(0.040, 8.0),
+            "rest_client_request_duration_seconds",
+            patch,
+        );
+        assert_eq!(before.mean_ms(), Some(5.0));
+        assert_eq!(after.minus(&before).mean_ms(), Some(5.0));
+        assert_eq!(Histogram::default().mean_ms(), None);
+    }
 }

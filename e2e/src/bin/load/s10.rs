@@ -39,7 +39,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::args::{Args, S10Controller};
 use crate::cluster::{quiesce, settle};
-use crate::measure::{mib, request_counts, summary};
+use crate::measure::{mib, request_counts, summary, Histogram};
 use crate::results::Latency;
 
 const PROBE_LABEL: &str = "s10-probe";
@@ -590,40 +590,12 @@ async fn rekindle_run(
     })
 }
 
-/// Sums and counts of rekindle's reload latency and of its PATCH round trips.
+/// rekindle's reload latency and its PATCH round trips, and the apiserver's own time for the
+/// PATCHes of Deployments (the bare client's and rekindle's).
 struct ReloadTimes {
-    reload: SumCount,
-    patch: SumCount,
-    /// The apiserver's own time for the PATCHes of Deployments (the bare client's and rekindle's).
-    apiserver_patch: SumCount,
-}
-
-/// A histogram's `_sum` and `_count`, summed over the series that match.
-#[derive(Clone, Copy, Default)]
-struct SumCount(f64, f64);
-
-impl SumCount {
-    /// `metric`'s series whose labels contain every one of `labels` (`key="value"`).
-    fn of(body: &str, metric: &str, labels: &[&str]) -> Self {
-        let total = |suffix: &str| {
-            let prefix = format!("{metric}_{suffix}");
-            body.lines()
-                .filter_map(|l| l.strip_prefix(&prefix))
-                .filter(|rest| rest.starts_with([' ', '{']))
-                .filter(|rest| labels.iter().all(|label| rest.contains(label)))
-                .filter_map(|rest| rest.rsplit_once(' ')?.1.parse::<f64>().ok())
-                .sum::<f64>()
-        };
-        Self(total("sum"), total("count"))
-    }
-
-    fn minus(self, before: Self) -> Self {
-        Self(self.0 - before.0, self.1 - before.1)
-    }
-
-    fn mean_ms(self) -> Option<f64> {
-        (self.1 > 0.0).then(|| self.0 / self.1 * 1000.0)
-    }
+    reload: Histogram,
+    patch: Histogram,
+    apiserver_patch: Histogram,
 }
 
 impl ReloadTimes {
@@ -633,30 +605,28 @@ impl ReloadTimes {
             .request_text(http::Request::get("/metrics").body(Vec::new())?)
             .await?;
         Ok(Self {
-            reload: SumCount::of(&body, "rekindle_reload_latency_seconds", &[]),
+            reload: Histogram::parse(&body, "rekindle_reload_latency_seconds", |_| true),
             // Labelled by host too: every PATCH series.
-            patch: SumCount::of(
-                &body,
-                "rest_client_request_duration_seconds",
-                &["verb=\"PATCH\""],
-            ),
-            apiserver_patch: SumCount::of(
+            patch: Histogram::parse(&body, "rest_client_request_duration_seconds", |l| {
+                l.contains("verb=\"PATCH\"")
+            }),
+            apiserver_patch: Histogram::parse(
                 &apiserver,
                 "apiserver_request_duration_seconds",
-                &[
-                    "verb=\"PATCH\"",
-                    "resource=\"deployments\"",
-                    "subresource=\"\"",
-                ],
+                |l| {
+                    l.contains("verb=\"PATCH\"")
+                        && l.contains("resource=\"deployments\"")
+                        && l.contains("subresource=\"\"")
+                },
             ),
         })
     }
 
     fn minus(self, before: &Self) -> Self {
         Self {
-            reload: self.reload.minus(before.reload),
-            patch: self.patch.minus(before.patch),
-            apiserver_patch: self.apiserver_patch.minus(before.apiserver_patch),
+            reload: self.reload.minus(&before.reload),
+            patch: self.patch.minus(&before.patch),
+            apiserver_patch: self.apiserver_patch.minus(&before.apiserver_patch),
         }
     }
 }
