@@ -161,6 +161,10 @@ pub struct Sizes {
     /// S10: changes per paced round.
     #[arg(long, env = "REKINDLE_BENCH_S10_CHANGES", default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub s10_changes: usize,
+    /// S10: paced rounds per controller and size, back to back, each of `--s10-changes` (the spread
+    /// of the latency ratios within one process; pooled for the report's ratios).
+    #[arg(long, env = "REKINDLE_BENCH_S10_ROUNDS", default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub s10_rounds: usize,
     /// S10: changes per second.
     #[arg(long, env = "REKINDLE_BENCH_S10_RATE", default_value_t = 10.0)]
     pub s10_rate: f64,
@@ -235,6 +239,8 @@ mod tests {
         assert_eq!(args.sizes.s10_namespaces, 1000);
         assert!(Args::try_parse_from(["load", "--s10-namespaces", "2"]).is_err());
         assert!(Args::try_parse_from(["load", "--s10-changes", "0"]).is_err());
+        assert_eq!(args.sizes.s10_rounds, 1);
+        assert!(Args::try_parse_from(["load", "--s10-rounds", "0"]).is_err());
         assert!(Args::try_parse_from(["load", "--s10-reloader", "/no/such/binary"]).is_err());
         assert_eq!(
             args.sizes.s10_controllers,

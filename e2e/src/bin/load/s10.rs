@@ -51,6 +51,7 @@ pub struct S10Report {
     pub kubernetes: String,
     pub namespaces: usize,
     pub changes_per_round: usize,
+    pub rounds: usize,
     pub rate_per_s: f64,
     pub reloader: String,
     pub sizes: Vec<S10Size>,
@@ -96,7 +97,8 @@ pub struct S10Run {
     pub consistency_pass_mean_s: Option<f64>,
 }
 
-/// A paced round: `changes` at `rate_per_s`, each timed to the new template in a watch.
+/// The paced rounds: `rounds` of `changes` at `rate_per_s`, each change timed to the new template in
+/// a watch; latencies and ratios pooled over the rounds.
 #[derive(Serialize, Clone, Debug)]
 pub struct Paced {
     pub latency: Latency,
@@ -104,9 +106,19 @@ pub struct Paced {
     /// The bare client writing a probe's template itself, once a tick in the same round.
     pub bare_client: Latency,
     pub bare_client_missed: usize,
-    /// p50 and p99 over the bare client's of the same round.
+    /// p50 and p99 over the bare client's, of all rounds together.
     pub p50_ratio: f64,
     pub p99_ratio: f64,
+    /// Each round's own p50 and p99 ratios, in the order they ran: the spread within one process.
+    pub round_ratios: Vec<(f64, f64)>,
+    /// Where the bare client's time goes: its PATCH's round trip, then the watch's delivery of the new
+    /// template after the response.
+    pub bare_patch: Latency,
+    pub bare_delivery: Latency,
+    /// The watch's delivery of a change's ConfigMap to the bench after the response to its PATCH
+    /// (negative: before it): the path that brings the change to the controller.
+    pub configmap_delivery: Latency,
+    pub configmap_missed: usize,
     /// apiserver requests per change, by verb and resource (`apiserver_request_total`), less the
     /// bench's own ConfigMap and template PATCHes.
     pub requests_per_change: BTreeMap<String, f64>,
@@ -132,6 +144,7 @@ pub async fn run(client: &Client, args: &Args) -> Result<()> {
         kubernetes: client.apiserver_version().await?.git_version,
         namespaces,
         changes_per_round: sizes.s10_changes,
+        rounds: sizes.s10_rounds,
         rate_per_s: sizes.s10_rate,
         reloader: reloader.display().to_string(),
         sizes: Vec::new(),
@@ -243,10 +256,25 @@ async fn create_objects(
                 let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
                 let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
                 let ds: Api<Deployment> = Api::namespaced(client, &ns);
-                let cm: ConfigMap = serde_json::from_value(
-                    json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": blob}}),
-                )?;
-                let cm = create_or_get(&cms, &pp, &cm).await?;
+                let name = format!("d-{i}");
+                let probe = i < namespaces;
+                let probe_labels = if probe {
+                    json!({PROBE_LABEL: "true"})
+                } else {
+                    json!({})
+                };
+                let cm: ConfigMap = serde_json::from_value(json!({
+                    "metadata": {"name": format!("cm-{i}"), "labels": probe_labels},
+                    "data": {"v": blob}
+                }))?;
+                let mut cm = create_or_get(&cms, &pp, &cm).await?;
+                // Kept from a run before probes' ConfigMaps were labelled.
+                if probe && !cm.labels().contains_key(PROBE_LABEL) {
+                    let label = json!({"metadata": {"labels": {PROBE_LABEL: "true"}}});
+                    cm = cms
+                        .patch(&cm.name_any(), &PatchParams::default(), &Patch::Merge(&label))
+                        .await?;
+                }
                 let unread: Secret = serde_json::from_value(
                     json!({"metadata": {"name": format!("s-{i}")}, "stringData": {"v": blob}}),
                 )?;
@@ -275,8 +303,6 @@ async fn create_objects(
                     });
                     env_from.push(json!({"secretRef": {"name": format!("sr-{i}")}}));
                 }
-                let name = format!("d-{i}");
-                let probe = i < namespaces;
                 let labels = if probe {
                     json!({"app": name, PROBE_LABEL: "true"})
                 } else {
@@ -356,32 +382,55 @@ fn build_reloader() -> Result<PathBuf> {
 /// A watch of the probes in every namespace: (name, the marks a change can leave, arrival).
 type Marks = UnboundedReceiver<(String, Vec<String>, Instant)>;
 
+/// The probes' Deployments: the values in their first container's env and the bare client's mark.
 fn probe_watch(client: &Client) -> Marks {
+    marks_of(Api::<Deployment>::all(client.clone()), |d: &Deployment| {
+        let v = serde_json::to_value(d).unwrap_or_default();
+        let mut marks: Vec<String> = v
+            .pointer("/spec/template/spec/containers/0/env")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["value"].as_str().map(str::to_string))
+            .collect();
+        if let Some(bare) = v
+            .pointer("/spec/template/metadata/annotations")
+            .and_then(|a| a.get(BARE_ANNOTATION))
+            .and_then(Value::as_str)
+        {
+            marks.push(bare.to_string());
+        }
+        marks
+    })
+}
+
+/// The probes' ConfigMaps: the value a change writes.
+fn configmap_watch(client: &Client) -> Marks {
+    marks_of(Api::<ConfigMap>::all(client.clone()), |cm: &ConfigMap| {
+        cm.data
+            .as_ref()
+            .and_then(|d| d.get("v"))
+            .cloned()
+            .into_iter()
+            .collect()
+    })
+}
+
+/// Watches the objects labelled a probe, each event stamped with its arrival.
+fn marks_of<K>(api: Api<K>, marks: fn(&K) -> Vec<String>) -> Marks
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let api: Api<Deployment> = Api::all(client.clone());
     let config = watcher::Config::default().labels(PROBE_LABEL);
     tokio::spawn(async move {
         let mut stream = watcher(api, config).boxed();
         while let Some(event) = stream.next().await {
-            let Ok(Event::Apply(d) | Event::InitApply(d)) = event else {
+            let Ok(Event::Apply(o) | Event::InitApply(o)) = event else {
                 continue;
             };
-            let v = serde_json::to_value(&d).unwrap_or_default();
-            let mut marks: Vec<String> = v
-                .pointer("/spec/template/spec/containers/0/env")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(|e| e["value"].as_str().map(str::to_string))
-                .collect();
-            if let Some(bare) = v
-                .pointer("/spec/template/metadata/annotations")
-                .and_then(|a| a.get(BARE_ANNOTATION))
-                .and_then(Value::as_str)
-            {
-                marks.push(bare.to_string());
-            }
-            if tx.send((d.name_any(), marks, Instant::now())).is_err() {
+            let at = Instant::now();
+            if tx.send((o.name_any(), marks(&o), at)).is_err() {
                 return;
             }
         }
@@ -427,9 +476,10 @@ trait Measured {
     fn rss(&self) -> Option<u64>;
 }
 
-/// One paced round: `s10_changes` ticks at `s10_rate`/s, each to the next namespace's probe. A tick
-/// first writes the template of the probe half the namespaces away itself (the bare client), then
-/// changes this probe's ConfigMap for the controller; each is timed to its mark in the watch.
+/// The paced rounds: `s10_rounds` of `s10_changes` ticks at `s10_rate`/s, each to the next
+/// namespace's probe. A tick first writes the template of the probe half the namespaces away itself
+/// (the bare client), then changes this probe's ConfigMap for the controller; each is timed to its
+/// mark in the watch, and the ConfigMap's own change to its arrival in a watch of the bench's.
 async fn paced(
     client: &Client,
     sizes: &crate::args::Sizes,
@@ -438,40 +488,68 @@ async fn paced(
     round: &mut usize,
 ) -> Result<Paced> {
     let mut rx = probe_watch(client);
+    let mut cms = configmap_watch(client);
     tokio::time::sleep(Duration::from_secs(2)).await;
     while rx.try_recv().is_ok() {}
+    while cms.try_recv().is_ok() {}
     let before = request_counts(client, counted).await?;
     let cpu_before = controller.cpu();
     let interval = Duration::from_secs_f64(1.0 / sizes.s10_rate);
-    let changes = sizes.s10_changes;
-    let start = Instant::now();
-    let mut latencies = Vec::with_capacity(changes);
-    let mut bare = Vec::with_capacity(changes);
-    let (mut missed, mut bare_missed) = (0, 0);
-    *round += 1;
-    for c in 0..changes {
-        tokio::time::sleep_until((start + interval * c as u32).into()).await;
-        let value = format!("r{round}-c{c}-{}", std::process::id());
-        // 7919 is prime: consecutive changes walk the namespaces in a scattered order.
-        let k = (c * 7919) % namespaces;
-        let other = (k + namespaces / 2) % namespaces;
-        let (bare_name, bare_ns) = (format!("d-{other}"), ns_of(other, namespaces));
-        let ds: Api<Deployment> = Api::namespaced(client.clone(), &bare_ns);
-        let patch =
-            json!({"spec": {"template": {"metadata": {"annotations": {BARE_ANNOTATION: value}}}}});
-        let at = Instant::now();
-        ds.patch(&bare_name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-        match seen(&mut rx, &bare_name, &value, Duration::from_secs(10)).await {
-            Some(seen_at) => bare.push(ms_between(at, seen_at)),
-            None => bare_missed += 1,
+    let changes = sizes.s10_changes * sizes.s10_rounds;
+    let (mut latencies, mut bare) = (Vec::new(), Vec::new());
+    let (mut bare_patch, mut bare_delivery, mut cm_delivery) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut missed, mut bare_missed, mut cm_missed) = (0, 0, 0);
+    let mut round_ratios = Vec::new();
+    for _ in 0..sizes.s10_rounds {
+        *round += 1;
+        let (mut round_latencies, mut round_bare) = (Vec::new(), Vec::new());
+        let start = Instant::now();
+        for c in 0..sizes.s10_changes {
+            tokio::time::sleep_until((start + interval * c as u32).into()).await;
+            let value = format!("r{round}-c{c}-{}", std::process::id());
+            // 7919 is prime: consecutive changes walk the namespaces in a scattered order.
+            let k = (c * 7919) % namespaces;
+            let other = (k + namespaces / 2) % namespaces;
+            let (bare_name, bare_ns) = (format!("d-{other}"), ns_of(other, namespaces));
+            let ds: Api<Deployment> = Api::namespaced(client.clone(), &bare_ns);
+            let patch = json!({"spec": {"template": {"metadata": {"annotations": {BARE_ANNOTATION: value}}}}});
+            let at = Instant::now();
+            ds.patch(&bare_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            let responded = Instant::now();
+            match seen(&mut rx, &bare_name, &value, Duration::from_secs(10)).await {
+                Some(seen_at) => {
+                    round_bare.push(ms_between(at, seen_at));
+                    bare_patch.push(ms_between(at, responded));
+                    bare_delivery.push(signed_ms(responded, seen_at));
+                }
+                None => bare_missed += 1,
+            }
+            let mark = change(client, namespaces, k, &value).await?;
+            let accepted = Instant::now();
+            match seen(
+                &mut cms,
+                &format!("cm-{k}"),
+                &value,
+                Duration::from_secs(10),
+            )
+            .await
+            {
+                Some(seen_at) => cm_delivery.push(signed_ms(accepted, seen_at)),
+                None => cm_missed += 1,
+            }
+            match seen(&mut rx, &format!("d-{k}"), &mark, Duration::from_secs(10)).await {
+                Some(seen_at) => round_latencies.push(ms_between(accepted, seen_at)),
+                None => missed += 1,
+            }
         }
-        let mark = change(client, namespaces, k, &value).await?;
-        let accepted = Instant::now();
-        match seen(&mut rx, &format!("d-{k}"), &mark, Duration::from_secs(10)).await {
-            Some(seen_at) => latencies.push(ms_between(accepted, seen_at)),
-            None => missed += 1,
-        }
+        let (l, b) = (
+            summary(round_latencies.clone()),
+            summary(round_bare.clone()),
+        );
+        round_ratios.push((l.p50_ms / b.p50_ms, l.p99_ms / b.p99_ms));
+        latencies.extend(round_latencies);
+        bare.extend(round_bare);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = request_counts(client, counted).await?;
@@ -493,13 +571,27 @@ async fn paced(
     Ok(Paced {
         p50_ratio: latency.p50_ms / bare_client.p50_ms,
         p99_ratio: latency.p99_ms / bare_client.p99_ms,
+        round_ratios,
         latency,
         missed,
         bare_client,
         bare_client_missed: bare_missed,
+        bare_patch: summary(bare_patch),
+        bare_delivery: summary(bare_delivery),
+        configmap_delivery: summary(cm_delivery),
+        configmap_missed: cm_missed,
         requests_per_change,
         controller_cpu_per_change_ms: cpu_per_change,
     })
+}
+
+/// Milliseconds from `from` to `to`, negative when `to` came first.
+fn signed_ms(from: Instant, to: Instant) -> f64 {
+    if to >= from {
+        ms_between(from, to)
+    } else {
+        -ms_between(to, from)
+    }
 }
 
 fn ms_between(from: Instant, to: Instant) -> f64 {
@@ -812,11 +904,11 @@ fn markdown(r: &S10Report) -> String {
 Kubernetes {}, a shared 2-core machine (the control plane, the bench and the controller on it): read \
 medians and ratios, one run. One cluster grown size by size: N paused Deployments over {} namespaces, \
 2.5 ConfigMaps and Secrets of 1 KiB per Deployment, half of them referenced. At each size both \
-controllers run cluster-wide on the same objects, taking turns; {} changes at {}/s to probes spread \
-over the namespaces, each timed to the new template in a watch, against the bare client writing \
-another probe's template itself once a tick in the same round (its p50 and p99 are in the columns \
-\"bare\"). Reloader: `{}`. `just bench-load --only s10`.\n\n",
-        r.kubernetes, r.namespaces, r.changes_per_round, r.rate_per_s, r.reloader
+controllers run cluster-wide on the same objects, taking turns; {} round(s) of {} changes at {}/s to \
+probes spread over the namespaces, each timed to the new template in a watch, against the bare client \
+writing another probe's template itself once a tick in the same round (its p50 and p99 are in the \
+columns \"bare\"; the rounds pooled). Reloader: `{}`. `just bench-load --only s10`.\n\n",
+        r.kubernetes, r.namespaces, r.rounds, r.changes_per_round, r.rate_per_s, r.reloader
     );
     md += "| Deployments | ConfigMaps + Secrets | controller | ready s | change at start reloaded s | CPU to ready s | RSS after sync MiB | RSS after changes MiB | idle CPU s / 30 s | p50 ms | p99 ms | bare p50 ms | bare p99 ms | p50 / bare | p99 / bare | missed | GET+LIST per change | workload writes per change | CPU ms per change | consistency pass ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for s in &r.sizes {
@@ -858,6 +950,38 @@ another probe's template itself once a tick in the same round (its p50 and p99 a
                     cell(c.apiserver_patch_mean_ms, 2),
                 );
             }
+        }
+    }
+    md += "\nWhere the time goes, as the bench sees it (p50 / p99 ms): the bare client's PATCH round trip and the watch's delivery of its template after the response; the watch's delivery of a change's ConfigMap after the response (the path that brings it to the controller; negative: before the response). Each round's p50 / p99 ratio where there were several:\n\n";
+    for s in &r.sizes {
+        for c in &s.controllers {
+            let p = &c.paced;
+            let rounds: Vec<String> = p
+                .round_ratios
+                .iter()
+                .map(|(p50, p99)| format!("{p50:.2} / {p99:.2}"))
+                .collect();
+            md += &format!(
+                "- {} at {}: bare PATCH {:.2} / {:.2}, its delivery {:.2} / {:.2}; ConfigMap delivery {:.2} / {:.2}{}{}\n",
+                c.controller,
+                s.workloads,
+                p.bare_patch.p50_ms,
+                p.bare_patch.p99_ms,
+                p.bare_delivery.p50_ms,
+                p.bare_delivery.p99_ms,
+                p.configmap_delivery.p50_ms,
+                p.configmap_delivery.p99_ms,
+                if p.configmap_missed > 0 {
+                    format!(" ({} not seen)", p.configmap_missed)
+                } else {
+                    String::new()
+                },
+                if rounds.len() > 1 {
+                    format!("; rounds {}", rounds.join(", "))
+                } else {
+                    String::new()
+                },
+            );
         }
     }
     md += "\nRequests per change by verb and resource (`apiserver_request_total` over the round, less the bench's own PATCHes):\n\n";
