@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::driver::{self, Handler, History, WatchId, Watched};
 use super::protobuf::config::Protobuf;
-use super::protobuf::workloads::DeploymentPb;
+use super::protobuf::workloads::{DaemonSetPb, DeploymentPb, StatefulSetPb};
 use super::protobuf::Decode;
 use super::workload_object::WorkloadObject;
 use super::{wait_for_api, Changed, Ctx, Sink, WatchPart};
@@ -355,6 +355,14 @@ pub async fn workloads(
         WorkloadKind::Deployment => {
             protobuf_first::<DeploymentPb, _>(api, config, id, handler, ctx).await
         }
+        WorkloadKind::StatefulSet => {
+            protobuf_first::<StatefulSetPb, _>(api, config, id, handler, ctx).await
+        }
+        WorkloadKind::DaemonSet => {
+            protobuf_first::<DaemonSetPb, _>(api, config, id, handler, ctx).await
+        }
+        // In JSON: a Job is recreated from its whole object, custom resources (Argo Rollouts) are
+        // not served in protobuf, and CronJobs are few.
         _ => driver::run(api, config, id, handler(), ctx).await,
     }
 }

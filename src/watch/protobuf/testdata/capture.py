@@ -33,20 +33,34 @@ objects = json.load(open(os.path.join(here, "objects.json")))
 call("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
 collections = {
     "deployments": f"/apis/apps/v1/namespaces/{NS}/deployments",
+    "statefulsets": f"/apis/apps/v1/namespaces/{NS}/statefulsets",
+    "daemonsets": f"/apis/apps/v1/namespaces/{NS}/daemonsets",
     "configmaps": f"/api/v1/namespaces/{NS}/configmaps",
 }
 for kind, path in collections.items():
     for obj in objects[kind]:
         call("POST", path, obj)
 
-# Let the deployment controller (and kwok's pods) bring the status to rest.
-for _ in range(60):
-    items = json.loads(call("GET", collections["deployments"]))["items"]
-    if all(i.get("status", {}).get("observedGeneration") == i["metadata"]["generation"]
-           and i.get("status", {}).get("availableReplicas", 0) == i["spec"].get("replicas", 0)
-           for i in items if not i["spec"].get("paused")):
+# Let the controllers (and kwok's pods) bring the workloads' status to rest.
+def settled(kind, i):
+    status, spec = i.get("status", {}), i["spec"]
+    if spec.get("paused"):
+        return True
+    if status.get("observedGeneration") != i["metadata"]["generation"]:
+        return False
+    if kind == "daemonsets":
+        return status.get("numberAvailable", 0) == status.get("desiredNumberScheduled", -1)
+    return status.get("availableReplicas", 0) == spec.get("replicas", 1)
+
+
+for _ in range(90):
+    if all(settled(kind, i)
+           for kind in ("deployments", "statefulsets", "daemonsets")
+           for i in json.loads(call("GET", collections[kind]))["items"]):
         break
     time.sleep(1)
+else:
+    sys.exit("the workloads did not settle in 90 s")
 time.sleep(3)
 
 for kind, path in collections.items():
