@@ -640,6 +640,8 @@ async fn a_configmap_changed_while_down_is_reloaded_before_the_secrets_are_liste
             >= 1.0,
         "the Secrets watch was refused"
     );
+    // Counted once the reload (and its Event) is done: wait until rekindle is idle.
+    rk.settled(rk.handled().await?).await?;
     assert_eq!(rk.reloads(true).await?, 1.0);
     assert_eq!(
         e2e::fixtures::generation(&get_json(&deployments, "web").await?),
