@@ -1,12 +1,12 @@
 //! Starting and stopping rekindle processes for tests, each scoped to the test's namespaces with a
 //! webhook registration of its own (e2e/README.md, "Tests").
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -511,13 +511,46 @@ impl Rekindle {
         self.wait_ready().await
     }
 
-    /// Stops rekindle and removes its webhook registration.
+    /// Every `rekindle_watch_protobuf_fallbacks_total` series: (`resource`, `reason`) and its value.
+    pub async fn protobuf_fallbacks(&self) -> Result<BTreeMap<(String, String), f64>> {
+        let body = self.metrics().await?;
+        let mut series = BTreeMap::new();
+        for line in body.lines() {
+            let Some(rest) = line.strip_prefix("rekindle_watch_protobuf_fallbacks_total{") else {
+                continue;
+            };
+            let (labels, value) = rest
+                .split_once("} ")
+                .ok_or_else(|| anyhow!("unreadable series {line:?}"))?;
+            let label = |name: &str| {
+                labels
+                    .split(',')
+                    .find_map(|l| l.strip_prefix(&format!("{name}=\"")))
+                    .map(|v| v.trim_end_matches('"').to_string())
+                    .ok_or_else(|| anyhow!("no {name} in {line:?}"))
+            };
+            series.insert(
+                (label("resource")?, label("reason")?),
+                value.trim().parse()?,
+            );
+        }
+        Ok(series)
+    }
+
+    /// Stops rekindle and removes its webhook registration. Against the real apiserver no watch may
+    /// have left protobuf for JSON, whatever the test did: checked here while rekindle still answers.
     pub async fn stop(mut self) -> Result<()> {
+        let fallbacks = match self.child {
+            Some(_) => self.protobuf_fallbacks().await.unwrap_or_default(),
+            None => BTreeMap::new(),
+        };
         self.terminate().await?;
         let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
         let _ = api
             .delete(&self.registration, &DeleteParams::default())
             .await;
+        let fell_back: Vec<_> = fallbacks.iter().filter(|(_, n)| **n > 0.0).collect();
+        ensure!(fell_back.is_empty(), "watches left protobuf: {fell_back:?}");
         Ok(())
     }
 }

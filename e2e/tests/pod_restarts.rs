@@ -239,6 +239,22 @@ async fn an_on_delete_statefulset_gets_each_pod_evicted_once_one_at_a_time() -> 
         1
     );
     assert_eq!(rk.metric("rekindle_pod_restarts_in_progress ").await?, 0.0);
+    // The StatefulSet, like every kind below, was watched in protobuf from start to end.
+    let fallbacks = rk.protobuf_fallbacks().await?;
+    let watched: BTreeSet<&str> = fallbacks.keys().map(|(r, _)| r.as_str()).collect();
+    assert_eq!(
+        watched,
+        BTreeSet::from([
+            "configmaps",
+            "daemonset",
+            "deployment",
+            "secrets",
+            "statefulset"
+        ]),
+        "{fallbacks:?}"
+    );
+    assert_eq!(fallbacks.len(), 10, "both reasons of each: {fallbacks:?}");
+    assert!(fallbacks.values().all(|n| *n == 0.0), "{fallbacks:?}");
     rk.stop().await?;
     ns.cleanup().await
 }

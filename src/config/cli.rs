@@ -238,7 +238,8 @@ pub struct ServerArgs {
     /// How watches get their first state: `true` streams it as watch events (`sendInitialEvents`, no
     /// pages held in memory), `false` lists in pages, `auto` streams on Kubernetes 1.34 and later (where
     /// the apiserver serves it by default). Streamed, ConfigMaps, Secrets, Deployments, StatefulSets and
-    /// DaemonSets are watched in protobuf (JSON where the apiserver does not serve it).
+    /// DaemonSets are watched in protobuf (JSON where the apiserver does not serve it or an event
+    /// cannot be decoded).
     #[arg(long, default_value = "auto", value_parser = auto_or_bool)]
     pub streaming_lists: AutoBool,
     /// After SIGTERM, how long the webhook keeps serving with readiness failed, so the Service's

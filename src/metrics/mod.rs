@@ -62,6 +62,12 @@ pub struct WatchLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FallbackLabels {
+    pub resource: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub kind: String,
 }
@@ -290,6 +296,7 @@ pub struct Metrics {
     pub admission_lookups: Family<ResultLabels, Counter>,
     pub reload_latency: Histogram,
     pub watch_restarts: Family<WatchLabels, Counter>,
+    pub watch_protobuf_fallbacks: Family<FallbackLabels, Counter>,
     pub errors: Family<ErrorLabels, Counter>,
     pub invalid_annotations: Counter,
     pub rollouts_in_progress: Gauge,
@@ -358,6 +365,7 @@ impl Metrics {
             admission_lookups: Family::default(),
             reload_latency: latency_buckets(),
             watch_restarts: Family::default(),
+            watch_protobuf_fallbacks: Family::default(),
             errors: Family::default(),
             invalid_annotations: Counter::default(),
             rollouts_in_progress: Gauge::default(),
@@ -413,6 +421,7 @@ impl Metrics {
             "rekindle_reloads_coalesced", "Changes merged into an already queued reload" => m.reloads_coalesced;
             "rekindle_reload_latency_seconds", "From the watch event of a change to the accepted PATCH (reloads that waited for their window not counted)" => m.reload_latency;
             "rekindle_watch_restarts", "Watch streams restarted after an error" => m.watch_restarts;
+            "rekindle_watch_protobuf_fallbacks", "Watches that went on in JSON after their protobuf watch ended, by reason (not_served: the apiserver refused protobuf; undecodable: an event could not be decoded)" => m.watch_protobuf_fallbacks;
             "rekindle_workload_reads", "Workloads read before a reload instead of planned from the index, by reason" => m.workload_reads;
             "rekindle_reload_attempt_failures", "Failed reload attempts by cause (conflict and transient are retried; forbidden, invalid and render are not)" => m.reload_attempt_failures;
             "rekindle_admission_lookups", "Resources the index missed at admission and that were read, by result" => m.admission_lookups;

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::driver::{self, Handler, History, WatchId, Watched};
 use super::protobuf::config::Protobuf;
 use super::protobuf::workloads::{DaemonSetPb, DeploymentPb, StatefulSetPb};
-use super::protobuf::Decode;
+use super::protobuf::{Decode, Fallback};
 use super::workload_object::WorkloadObject;
 use super::{wait_for_api, Changed, Ctx, Sink, WatchPart};
 use crate::core::keys::KeyDigests;
@@ -28,7 +28,7 @@ use crate::core::rollout::Progress;
 use crate::core::window::RELOAD_WINDOW_ANNOTATION;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{ResourceEntry, ResourceKey, WorkloadEntry, WorkloadKey, Written};
-use crate::metrics::{Processed, Skip, WatchEventType};
+use crate::metrics::{FallbackLabels, Processed, Skip, WatchEventType};
 
 fn flags_of<K: Resource>(plan: &PlanConfig, obj: &K) -> ResourceFlags {
     ResourceFlags::from_annotations(&plan.policy.keys, obj.annotations())
@@ -252,17 +252,34 @@ async fn protobuf_first<M, H>(
 {
     let mut history = History::New;
     if ctx.streaming_lists {
-        let events = super::protobuf::watch::<M>(
+        let fallbacks = |reason: Fallback| {
+            ctx.metrics
+                .watch_protobuf_fallbacks
+                .get_or_create(&FallbackLabels {
+                    resource: id.watched.resource(),
+                    reason: reason.label().into(),
+                })
+                .clone()
+        };
+        // Both series exist from the start, so "0" reads as "still in protobuf".
+        for reason in [Fallback::NotServed, Fallback::Undecodable] {
+            fallbacks(reason);
+        }
+        let (events, ending) = super::protobuf::watch::<M>(
             api.clone().into_client(),
             api.resource_url().to_string(),
             config.label_selector.clone(),
             config.field_selector.clone(),
         );
         history = driver::drive(events, id.clone(), handler(), ctx.clone(), history).await;
+        // The stream ends only with a reason.
+        let reason = ending.reason().unwrap_or(Fallback::NotServed);
+        fallbacks(reason).inc();
         tracing::warn!(
             watch = %id,
             kind = M::KIND,
-            "the apiserver does not serve this kind in protobuf; watching it in JSON"
+            reason = reason.label(),
+            "the protobuf watch ended; watching this kind in JSON"
         );
     }
     // After a sync in protobuf, the JSON watch's first list is a re-list: what changed or went in
@@ -539,6 +556,23 @@ mod tests {
     /// same selectors and a streamed first state, and its Secrets reach the index.
     #[tokio::test]
     async fn the_secrets_watch_goes_on_in_json_when_protobuf_is_refused() {
+        goes_on_in_json((406, b"not acceptable".to_vec()), Fallback::NotServed).await;
+    }
+
+    /// A protobuf first state with an event that cannot be decoded: the watch goes on in JSON rather
+    /// than reading the same event again forever.
+    #[tokio::test]
+    async fn the_secrets_watch_goes_on_in_json_after_an_undecodable_event() {
+        let garbage = b"\x0a\x05ADDED\x12\x03\x0a\x01x";
+        let mut body = (garbage.len() as u32).to_be_bytes().to_vec();
+        body.extend(garbage);
+        goes_on_in_json((200, body), Fallback::Undecodable).await;
+    }
+
+    /// The Secrets watch of namespace pbfix, its protobuf request answered with `first`: the JSON
+    /// watch that follows lists one Secret, which reaches the index, and the fallback is counted
+    /// under `reason` (and only there).
+    async fn goes_on_in_json(first: (u16, Vec<u8>), reason: Fallback) {
         let (client, mut handle) = crate::mock_api::client();
         let secret = json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "app", "namespace": "pbfix", "resourceVersion": "11"},
@@ -553,11 +587,7 @@ mod tests {
         );
         let server = tokio::spawn(async move {
             let mut seen = Vec::new();
-            let answers: [(u16, Vec<u8>); 2] = [
-                (406, b"not acceptable".to_vec()),
-                (200, stream.into_bytes()),
-            ];
-            for (status, body) in answers {
+            for (status, body) in [first, (200, stream.into_bytes())] {
                 let (request, send) = handle.next_request().await.expect("a request");
                 let request: Request<Body> = request;
                 let accept = request
@@ -593,7 +623,6 @@ mod tests {
         ready.expect("secrets/pbfix", WatchPart::Resources(ResourceKind::Secret));
         ready.seal();
         let ctx = Arc::new(Ctx::for_tests(ready, true));
-        let index = ctx.index.clone();
         let config = ctx.list_config(watcher::Config::default().fields("type!=helm.sh/release.v1"));
         let api: Api<Secret> = Api::namespaced(client, "pbfix");
         let watch = tokio::spawn(resources(
@@ -601,7 +630,7 @@ mod tests {
             config,
             ResourceKind::Secret,
             Some("pbfix".into()),
-            ctx,
+            ctx.clone(),
         ));
 
         let (seen, resumed) = tokio::time::timeout(std::time::Duration::from_secs(10), server)
@@ -620,10 +649,22 @@ mod tests {
         }
         assert!(resumed.contains("resourceVersion=12"), "{resumed}");
         let want: Secret = serde_json::from_value(secret).unwrap();
-        let entry = index
+        let entry = ctx
+            .index
             .resource(&ResourceKey::new(ResourceKind::Secret, "pbfix", "app"))
             .expect("the Secret is indexed");
         assert_eq!(entry.hash.to_string(), secret_hash_typed(&want));
         assert!(synced.load(std::sync::atomic::Ordering::SeqCst));
+        for r in [Fallback::NotServed, Fallback::Undecodable] {
+            let counted = ctx
+                .metrics
+                .watch_protobuf_fallbacks
+                .get_or_create(&FallbackLabels {
+                    resource: "secrets".into(),
+                    reason: r.label().into(),
+                })
+                .get();
+            assert_eq!(counted, u64::from(r == reason), "{r:?}");
+        }
     }
 }

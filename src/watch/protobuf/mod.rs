@@ -9,12 +9,14 @@
 //! resourceVersion seen, a fresh first state on 410 Gone. It yields the events kube's watcher yields,
 //! so the driver and the handlers are the ones every watch uses. Each kind decodes only the fields
 //! rekindle reads ([`config`], [`workloads`]); protobuf skips the rest. An apiserver that does not
-//! serve protobuf (406/415) ends the stream, and the caller falls back to kube's watcher.
+//! serve protobuf (406/415), or an event these messages cannot decode, ends the stream ([`Fallback`]
+//! says which), and the caller falls back to kube's watcher.
 
 pub mod config;
 pub mod workloads;
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 use futures::stream::BoxStream;
@@ -64,6 +66,45 @@ pub enum Error {
 impl Error {
     fn gone(&self) -> bool {
         matches!(self, Error::Status { code: 410, .. })
+    }
+
+    /// The state after this error: a fresh first state on 410 Gone, the end of the protobuf watch on
+    /// an event it cannot read (a retry would read the same event), else `retry`.
+    fn next_state(&self, retry: State) -> State {
+        match self {
+            e if e.gone() => State::Empty,
+            Error::Decode(_) => State::Ended(Fallback::Undecodable),
+            _ => retry,
+        }
+    }
+}
+
+/// Why a protobuf watch ended: from then on the kind is watched in JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallback {
+    /// The apiserver answered 406 or 415.
+    NotServed,
+    /// An event these messages could not decode (the error was yielded before the end).
+    Undecodable,
+}
+
+impl Fallback {
+    /// The `reason` label of `rekindle_watch_protobuf_fallbacks_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Fallback::NotServed => "not_served",
+            Fallback::Undecodable => "undecodable",
+        }
+    }
+}
+
+/// Why the stream of a [`watch`] ended, once it has.
+#[derive(Clone, Default)]
+pub struct Ending(Arc<OnceLock<Fallback>>);
+
+impl Ending {
+    pub fn reason(&self) -> Option<Fallback> {
+        self.0.get().copied()
     }
 }
 
@@ -172,18 +213,22 @@ enum State {
     /// The first state is complete up to this resourceVersion; a watch is to be (re)opened.
     Listed(String),
     Watching(Frames, String),
-    /// The apiserver does not serve protobuf: the stream ends.
-    NotServed,
+    /// The stream ends: JSON from here.
+    Ended(Fallback),
 }
 
 /// The objects at `path` (a collection: `/api/v1/secrets`, or one namespace's), as kube watcher
-/// events.
+/// events, and why the stream ended once it has.
 pub fn watch<M: Decode>(
     client: Client,
     path: String,
     labels: Option<String>,
     fields: Option<String>,
-) -> impl Stream<Item = Result<Event<M::Object>, Error>> + Send + 'static {
+) -> (
+    impl Stream<Item = Result<Event<M::Object>, Error>> + Send + 'static,
+    Ending,
+) {
+    let ending = Ending::default();
     let watch = Watch::<M> {
         client,
         request: kube::core::Request::new(path),
@@ -191,10 +236,18 @@ pub fn watch<M: Decode>(
         fields,
         _message: std::marker::PhantomData,
     };
-    futures::stream::unfold((watch, State::Empty), |(watch, state)| async move {
-        let (item, next) = watch.step(state).await;
-        item.map(|item| (item, (watch, next)))
-    })
+    let record = ending.clone();
+    let events = futures::stream::unfold((watch, State::Empty), move |(watch, state)| {
+        let record = record.clone();
+        async move {
+            let (item, next) = watch.step(state).await;
+            if let State::Ended(reason) = next {
+                let _ = record.0.set(reason);
+            }
+            item.map(|item| (item, (watch, next)))
+        }
+    });
+    (events, ending)
 }
 
 struct Watch<M> {
@@ -210,10 +263,10 @@ impl<M: Decode> Watch<M> {
     async fn step(&self, mut state: State) -> (Option<Result<Event<M::Object>, Error>>, State) {
         loop {
             state = match state {
-                State::NotServed => return (None, State::NotServed),
+                State::Ended(reason) => return (None, State::Ended(reason)),
                 State::Empty => match self.open(None).await {
                     Ok(Some(frames)) => return (Some(Ok(Event::Init)), State::Initial(frames)),
-                    Ok(None) => return (None, State::NotServed),
+                    Ok(None) => return (None, State::Ended(Fallback::NotServed)),
                     Err(e) => return (Some(Err(e)), State::Empty),
                 },
                 State::Initial(mut frames) => match next_frame::<M>(&mut frames).await {
@@ -226,14 +279,19 @@ impl<M: Decode> Watch<M> {
                         initial_end: true,
                     })) => return (Some(Ok(Event::InitDone)), State::Listed(resource_version)),
                     Some(Ok(Frame::Bookmark { .. })) => State::Initial(frames),
-                    Some(Err(e)) => return (Some(Err(e)), State::Empty),
+                    Some(Err(e)) => {
+                        let next = e.next_state(State::Empty);
+                        return (Some(Err(e)), next);
+                    }
                     None => return (Some(Err(Error::Incomplete)), State::Empty),
                 },
                 State::Listed(rv) => match self.open(Some(&rv)).await {
                     Ok(Some(frames)) => State::Watching(frames, rv),
-                    Ok(None) => return (None, State::NotServed),
-                    Err(e) if e.gone() => return (Some(Err(e)), State::Empty),
-                    Err(e) => return (Some(Err(e)), State::Listed(rv)),
+                    Ok(None) => return (None, State::Ended(Fallback::NotServed)),
+                    Err(e) => {
+                        let next = e.next_state(State::Listed(rv));
+                        return (Some(Err(e)), next);
+                    }
                 },
                 State::Watching(mut frames, rv) => match next_frame::<M>(&mut frames).await {
                     Some(Ok(Frame::Applied(o))) => {
@@ -247,8 +305,10 @@ impl<M: Decode> Watch<M> {
                     Some(Ok(Frame::Bookmark {
                         resource_version, ..
                     })) => State::Watching(frames, resource_version),
-                    Some(Err(e)) if e.gone() => return (Some(Err(e)), State::Empty),
-                    Some(Err(e)) => return (Some(Err(e)), State::Listed(rv)),
+                    Some(Err(e)) => {
+                        let next = e.next_state(State::Listed(rv));
+                        return (Some(Err(e)), next);
+                    }
                     // The apiserver's timeout: resume where it left off.
                     None => State::Listed(rv),
                 },
@@ -497,22 +557,24 @@ mod tests {
             }
             queries
         });
-        let events: Vec<String> = watch::<SecretPb>(
+        let (events, ending) = watch::<SecretPb>(
             client,
             "/api/v1/namespaces/pbfix/secrets".into(),
             None,
             Some("type!=helm.sh/release.v1".into()),
-        )
-        .map(|e| match e {
-            Ok(Event::Init) => "init".to_string(),
-            Ok(Event::InitApply(s)) => format!("init-apply {}", secret_hash_typed(&s)),
-            Ok(Event::InitDone) => "init-done".to_string(),
-            Ok(Event::Apply(s)) => format!("apply {}", secret_hash_typed(&s)),
-            Ok(Event::Delete(s)) => format!("delete {}", s.metadata.name.unwrap_or_default()),
-            Err(e) => format!("error {}", e.gone()),
-        })
-        .collect()
-        .await;
+        );
+        assert_eq!(ending.reason(), None);
+        let events: Vec<String> = events
+            .map(|e| match e {
+                Ok(Event::Init) => "init".to_string(),
+                Ok(Event::InitApply(s)) => format!("init-apply {}", secret_hash_typed(&s)),
+                Ok(Event::InitDone) => "init-done".to_string(),
+                Ok(Event::Apply(s)) => format!("apply {}", secret_hash_typed(&s)),
+                Ok(Event::Delete(s)) => format!("delete {}", s.metadata.name.unwrap_or_default()),
+                Err(e) => format!("error {}", e.gone()),
+            })
+            .collect()
+            .await;
         let first = secret_hash([("password", &b"s3cr3t"[..]), ("token", &b"abc"[..])]);
         let changed = secret_hash([("password", &b"s3cr3t"[..]), ("token", &b"xyz"[..])]);
         let init = [
@@ -525,6 +587,7 @@ mod tests {
         want.extend(init);
         want.extend([format!("apply {changed}"), "delete app-secret".into()]);
         assert_eq!(events, want);
+        assert_eq!(ending.reason(), Some(Fallback::NotServed));
 
         let queries = server.await.unwrap();
         let bookmark_rv = closing_bookmark();
@@ -547,5 +610,48 @@ mod tests {
         assert!(queries[1].contains(&format!("resourceVersion={bookmark_rv}")));
         assert!(queries[3].contains(&format!("resourceVersion={bookmark_rv}")));
         assert!(!queries[4].contains(&format!("resourceVersion={bookmark_rv}")));
+    }
+
+    /// An event that cannot be decoded is yielded as an error, then the stream ends for JSON to take
+    /// over: retrying would read the same event again, forever.
+    #[tokio::test]
+    async fn an_undecodable_event_ends_the_watch() {
+        let (client, mut handle) = crate::mock_api::client();
+        let changed = frames(CHANGES)[0].clone();
+        let mut body = Vec::new();
+        for frame in [&changed[..], b"\x0a\x08MODIFIED\x12\x03\x0a\x01x"] {
+            body.extend((frame.len() as u32).to_be_bytes());
+            body.extend(frame);
+        }
+        let server = tokio::spawn(async move {
+            let mut requests = 0;
+            for answer in [INITIAL.to_vec(), body] {
+                let (_, send) = handle.next_request().await.expect("a request");
+                requests += 1;
+                send.send_response(Response::builder().body(Body::from(answer)).unwrap());
+            }
+            // Nothing more is asked once the stream has ended and the client is dropped.
+            while handle.next_request().await.is_some() {
+                requests += 1;
+            }
+            requests
+        });
+        let (events, ending) = watch::<SecretPb>(client, "/api/v1/secrets".into(), None, None);
+        let events: Vec<_> = events.collect().await;
+        assert_eq!(ending.reason(), Some(Fallback::Undecodable));
+        assert!(
+            matches!(
+                events[..],
+                [
+                    Ok(Event::Init),
+                    Ok(Event::InitApply(_)),
+                    Ok(Event::InitDone),
+                    Ok(Event::Apply(_)),
+                    Err(Error::Decode(_))
+                ]
+            ),
+            "{events:?}"
+        );
+        assert_eq!(server.await.unwrap(), 2);
     }
 }
