@@ -328,6 +328,37 @@ async fn under_the_charts_rbac_rekindle_reloads_serves_a_rotated_certificate_and
         "stamped with the new certificate"
     );
 
+    // A renewal that leaves a broken pair is refused and counted; the good certificate is still
+    // served and trusted. (The rotation above may have been seen half-written: count from here.)
+    let refused = "rekindle_errors_total{kind=\"tls_cert\"}";
+    let refused_before = rk.metric(refused).await?;
+    std::fs::write(&cert, "not a certificate\n")?;
+    wait_for("the broken pair to be refused", TIMEOUT, || async {
+        Ok((rk.metric(refused).await? > refused_before).then_some(()))
+    })
+    .await?;
+    assert_eq!(rk.metric(expiry).await?, after, "the good certificate kept");
+    deployment("web3")
+        .auto()
+        .uses_configmap("app-config")
+        .apply(&client, &ns.name)
+        .await?;
+    assert!(
+        stamped(&client, &ns.name, "web3").await?.is_some(),
+        "stamped with the kept certificate"
+    );
+    // A client that does not speak TLS to the webhook is a failed handshake, counted.
+    let handshakes = "rekindle_errors_total{kind=\"webhook_handshake\"}";
+    let handshakes_before = rk.metric(handshakes).await?;
+    let mut plain = tokio::net::TcpStream::connect(("127.0.0.1", rk.webhook_port)).await?;
+    tokio::io::AsyncWriteExt::write_all(&mut plain, b"GET /mutate HTTP/1.1\r\n\r\n").await?;
+    let mut answer = Vec::new();
+    let _ = tokio::io::AsyncReadExt::read_to_end(&mut plain, &mut answer).await;
+    wait_for("the failed handshake to be counted", TIMEOUT, || async {
+        Ok((rk.metric(handshakes).await? > handshakes_before).then_some(()))
+    })
+    .await?;
+
     // /metrics as real Prometheus parsers read it: OpenMetrics when asked for (as Prometheus does),
     // the classic text format otherwise (as Reloader serves it).
     let venv = String::from_utf8(

@@ -74,7 +74,7 @@ fn admission_lookup(
 async fn serve_webhook(
     config: &Config,
     admission: Arc<Admission>,
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
     shutdown: &CancellationToken,
     beside: &mut Beside,
 ) -> Result<Option<tokio::task::JoinHandle<()>>> {
@@ -95,12 +95,13 @@ async fn serve_webhook(
     tracing::info!(addr = %listener.local_addr()?, "admission webhook listening");
     beside.add(
         "the certificate refresh",
-        certs.keep_fresh(metrics.tls_cert_not_after.clone(), shutdown.clone()),
+        certs.keep_fresh(metrics.clone(), shutdown.clone()),
     );
     Ok(Some(tokio::spawn(tls::serve(
         listener,
         tls_config,
         admission_http::router(admission),
+        metrics.clone(),
         shutdown.clone(),
     ))))
 }

@@ -240,10 +240,16 @@ pub enum ErrorKind {
     Resume,
     /// A ConfigMap or Secret read key by key could not be read for its value digests.
     ResourceRead,
+    /// A changed webhook certificate pair could not be loaded; the old one is still served.
+    TlsCert,
+    /// A connection to the webhook closed before its TLS handshake completed, or timed out in it.
+    WebhookHandshake,
+    /// A connection to the webhook refused: over the connection bound, or not accepted.
+    WebhookOverload,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 14] = [
+    pub const ALL: [ErrorKind; 17] = [
         Self::Admission,
         Self::Alert,
         Self::AlertDropped,
@@ -258,6 +264,9 @@ impl ErrorKind {
         Self::ReloadAttempt,
         Self::Resume,
         Self::ResourceRead,
+        Self::TlsCert,
+        Self::WebhookHandshake,
+        Self::WebhookOverload,
     ];
 
     pub fn label(self) -> &'static str {
@@ -276,6 +285,9 @@ impl ErrorKind {
             Self::ReloadAttempt => "reload_attempt",
             Self::Resume => "resume",
             Self::ResourceRead => "resource_read",
+            Self::TlsCert => "tls_cert",
+            Self::WebhookHandshake => "webhook_handshake",
+            Self::WebhookOverload => "webhook_overload",
         }
     }
 }

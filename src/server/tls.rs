@@ -18,6 +18,8 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::{ErrorKind, Metrics};
+
 /// The lowest TLS version the webhook accepts (`--tls-min-version`).
 /// Go's names (`VersionTLS12`, `VersionTLS13`) are accepted too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -89,36 +91,47 @@ impl ReloadingCert {
         not_after(&self.current.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Reloads when the files changed; returns true when a new pair was installed.
-    pub fn refresh(&self) -> bool {
+    /// Reloads when the files changed.
+    pub fn refresh(&self) -> Refresh {
         let now = mtimes(&self.cert, &self.key);
         if now == *self.stamp.read().unwrap_or_else(|e| e.into_inner()) {
-            return false;
+            return Refresh::Unchanged;
         }
         match load_pair(&self.cert, &self.key) {
             Ok(pair) => {
                 *self.current.write().unwrap_or_else(|e| e.into_inner()) = pair;
                 *self.stamp.write().unwrap_or_else(|e| e.into_inner()) = now;
                 tracing::info!(cert = %self.cert.display(), "loaded a new webhook certificate");
-                true
+                Refresh::Loaded
             }
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "new webhook certificate refused; keeping the old one");
-                false
+                Refresh::Refused
             }
         }
     }
 }
 
+/// What a [`ReloadingCert::refresh`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refresh {
+    Unchanged,
+    Loaded,
+    /// The files changed but do not hold a usable pair: the old one is still served.
+    Refused,
+}
+
 impl ReloadingCert {
     /// Loads a new pair as soon as its files change (and every 10 s where file events are not
-    /// delivered), keeping `expiry` (seconds since the epoch) current, until `shutdown`. The task is
-    /// returned for the caller to supervise: without it, a renewed certificate is never served.
+    /// delivered), keeping the served certificate's expiry current and counting each refused pair
+    /// (`tls_cert`: tried again every 10 s until it loads), until `shutdown`. The task is returned
+    /// for the caller to supervise: without it, a renewed certificate is never served.
     pub fn keep_fresh(
         self: Arc<Self>,
-        expiry: prometheus_client::metrics::gauge::Gauge,
+        metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> JoinHandle<()> {
+        let expiry = metrics.tls_cert_not_after.clone();
         expiry.set(self.not_after().unwrap_or(0));
         let mut changed = watch_files(&[self.cert.as_path(), self.key.as_path()]);
         tokio::spawn(async move {
@@ -132,8 +145,12 @@ impl ReloadingCert {
                     }
                     _ = shutdown.cancelled() => break,
                 }
-                if self.refresh() {
-                    expiry.set(self.not_after().unwrap_or(0));
+                match self.refresh() {
+                    Refresh::Loaded => {
+                        expiry.set(self.not_after().unwrap_or(0));
+                    }
+                    Refresh::Refused => metrics.error(ErrorKind::TlsCert),
+                    Refresh::Unchanged => {}
                 }
             }
         })
@@ -223,10 +240,13 @@ pub fn server_config(
 }
 
 /// Accepts TLS connections until `shutdown`, then lets open connections finish (up to 10 s).
+/// Connections refused over the bound (`webhook_overload`) and handshakes that fail or time out
+/// (`webhook_handshake`: often a CA bundle the apiserver does not trust) are counted.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: rustls::ServerConfig,
     router: Router,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
     let acceptor = TlsAcceptor::from(Arc::new(config));
@@ -237,6 +257,8 @@ pub async fn serve(
             conn = listener.accept() => match conn {
                 Ok(c) => c,
                 Err(e) => {
+                    // Out of file descriptors, most often: an overload too.
+                    metrics.error(ErrorKind::WebhookOverload);
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
@@ -246,17 +268,28 @@ pub async fn serve(
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             // Over the connection bound: close rather than queue, so the apiserver retries elsewhere.
+            metrics.error(ErrorKind::WebhookOverload);
             drop(stream);
             continue;
         };
         let acceptor = acceptor.clone();
         let service = TowerToHyperService::new(router.clone());
         let watcher = graceful.watcher();
+        let metrics = metrics.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,
-                _ => return,
+                Ok(Err(e)) => {
+                    metrics.error(ErrorKind::WebhookHandshake);
+                    tracing::debug!(error = %e, "webhook TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    metrics.error(ErrorKind::WebhookHandshake);
+                    tracing::debug!("webhook TLS handshake timed out");
+                    return;
+                }
             };
             let mut builder = Builder::new(TokioExecutor::new());
             builder
