@@ -203,6 +203,16 @@ fn copy_webhook_pki(to: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Creates a Deployment using app-config: whether the webhook stamped it at admission.
+async fn created_stamped(client: &Client, ns: &str, name: &str) -> Result<bool> {
+    deployment(name)
+        .auto()
+        .uses_configmap("app-config")
+        .apply(client, ns)
+        .await?;
+    Ok(stamped(client, ns, name).await?.is_some())
+}
+
 async fn stamped(client: &Client, ns: &str, name: &str) -> Result<Option<String>> {
     let d = Api::<Deployment>::namespaced(client.clone(), ns)
         .get(name)
@@ -318,13 +328,8 @@ async fn under_the_charts_rbac_rekindle_reloads_serves_a_rotated_certificate_and
         "the 100-day certificate replaced the 365-day one ({days} days earlier)"
     );
     // The apiserver still trusts what is served: a new workload is stamped.
-    deployment("web2")
-        .auto()
-        .uses_configmap("app-config")
-        .apply(&client, &ns.name)
-        .await?;
     assert!(
-        stamped(&client, &ns.name, "web2").await?.is_some(),
+        created_stamped(&client, &ns.name, "web2").await?,
         "stamped with the new certificate"
     );
 
@@ -338,13 +343,8 @@ async fn under_the_charts_rbac_rekindle_reloads_serves_a_rotated_certificate_and
     })
     .await?;
     assert_eq!(rk.metric(expiry).await?, after, "the good certificate kept");
-    deployment("web3")
-        .auto()
-        .uses_configmap("app-config")
-        .apply(&client, &ns.name)
-        .await?;
     assert!(
-        stamped(&client, &ns.name, "web3").await?.is_some(),
+        created_stamped(&client, &ns.name, "web3").await?,
         "stamped with the kept certificate"
     );
     // A client that does not speak TLS to the webhook is a failed handshake, counted.
