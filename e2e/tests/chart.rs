@@ -512,6 +512,7 @@ fn monitors_point_at_the_port_that_serves_metrics() -> Result<()> {
             "RekindleCertificateExpiring",
             "RekindleCertificateRefused",
             "RekindleNoReadyReplica",
+            "RekindleNoLeader",
             "RekindleReloadHalted"
         ]
     );
@@ -806,7 +807,7 @@ fn prometheus_rules_pass_promtool_check_and_a_unit_test_per_alert() -> Result<()
             )
         })
         .collect();
-    assert_eq!(annotations.len(), 7, "{:?}", annotations.keys());
+    assert_eq!(annotations.len(), 8, "{:?}", annotations.keys());
 
     let fixture = e2e::root().join("e2e/fixtures/prometheus/rules-test.yaml");
     let mut tests: Value = serde_saphyr::from_str(&std::fs::read_to_string(&fixture)?)?;
@@ -844,7 +845,7 @@ fn prometheus_rules_pass_promtool_check_and_a_unit_test_per_alert() -> Result<()
     std::fs::write(dir.path().join("test.yaml"), serde_json::to_string(&tests)?)?;
     let promtool = e2e::companions::bin_dir("prometheus")?.join("promtool");
     let checked = e2e::companions::run(&promtool, &["check", "rules", "rules.yaml"], dir.path())?;
-    assert!(checked.contains("SUCCESS: 7 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 8 rules found"), "{checked}");
     let tested = e2e::companions::run(&promtool, &["test", "rules", "test.yaml"], dir.path())?;
     assert!(tested.contains("SUCCESS"), "{tested}");
     Ok(())

@@ -229,6 +229,10 @@ async fn a_leader_cut_off_from_the_apiserver_stops_before_another_leads() -> Res
         "B took over only {b_started:?} after the freeze"
     );
     assert_eq!(readings.both_led(), Duration::ZERO, "two leaders at once");
+    assert!(
+        a.metric("rekindle_errors_total{kind=\"lease\"}").await? >= 1.0,
+        "A's renewals that timed out are counted"
+    );
 
     let job_uid_after = wait_for("B to re-create the Job", TIMEOUT, || async {
         Ok(jobs

@@ -81,7 +81,7 @@ async fn run(config: Config) -> Result<()> {
     let queue = reload_queue(&config, &metrics);
     // Cancelled once the writer has returned: only then may a leader release its Lease.
     let writes_done = CancellationToken::new();
-    let (leadership, election) = leadership(&config, &client, &shutdown, &writes_done);
+    let (leadership, election) = leadership(&config, &client, &metrics, &shutdown, &writes_done);
     registry.register_collector(Box::new(sizes::SizesCollector {
         index: index.clone(),
         queue: queue.clone(),

@@ -148,6 +148,7 @@ fn writer(
 pub(super) fn leadership(
     config: &Config,
     client: &Client,
+    metrics: &Arc<Metrics>,
     shutdown: &CancellationToken,
     writes_done: &CancellationToken,
 ) -> (Leadership, Option<tokio::task::JoinHandle<()>>) {
@@ -171,6 +172,7 @@ pub(super) fn leadership(
             renew_deadline: election.renew_deadline,
             retry_period: election.retry_period,
         },
+        metrics.clone(),
         shutdown.clone(),
         writes_done.clone(),
     );

@@ -240,6 +240,8 @@ pub enum ErrorKind {
     Resume,
     /// A ConfigMap or Secret read key by key could not be read for its value digests.
     ResourceRead,
+    /// An attempt to take or renew the leader Lease failed or timed out.
+    Lease,
     /// A changed webhook certificate pair could not be loaded; the old one is still served.
     TlsCert,
     /// A connection to the webhook closed before its TLS handshake completed, or timed out in it.
@@ -249,7 +251,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 17] = [
+    pub const ALL: [ErrorKind; 18] = [
         Self::Admission,
         Self::Alert,
         Self::AlertDropped,
@@ -264,6 +266,7 @@ impl ErrorKind {
         Self::ReloadAttempt,
         Self::Resume,
         Self::ResourceRead,
+        Self::Lease,
         Self::TlsCert,
         Self::WebhookHandshake,
         Self::WebhookOverload,
@@ -285,6 +288,7 @@ impl ErrorKind {
             Self::ReloadAttempt => "reload_attempt",
             Self::Resume => "resume",
             Self::ResourceRead => "resource_read",
+            Self::Lease => "lease",
             Self::TlsCert => "tls_cert",
             Self::WebhookHandshake => "webhook_handshake",
             Self::WebhookOverload => "webhook_overload",

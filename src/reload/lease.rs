@@ -2,6 +2,7 @@
 //! webhook and keeps its index warm; only the leader writes. Failover loses nothing: the new leader
 //! runs the catch-up pass, which compares markers with current hashes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -12,6 +13,8 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::metrics::{ErrorKind, Metrics};
 
 /// `--leader-election-lease-name`'s default.
 pub const DEFAULT_LEASE_NAME: &str = "rekindle-leader";
@@ -100,6 +103,7 @@ struct Observed {
 pub fn start(
     client: Client,
     cfg: LeaseConfig,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     writes_done: CancellationToken,
 ) -> (Leadership, tokio::task::JoinHandle<()>) {
@@ -135,8 +139,21 @@ pub fn start(
                 // A leader keeps its deadline, not renewed: whoever wrote learns nothing here, and no
                 // other replica can take the Lease before that deadline (see `Observed`).
                 Ok(Ok(Attempt::Raced)) => tracing::debug!("the Lease changed while renewing it"),
-                Ok(Err(e)) => tracing::debug!(error = %e, "Lease update failed"),
-                Err(_) => tracing::debug!("Lease update timed out"),
+                // Counted: a replica that can never write the Lease (its Role, its namespace) never
+                // leads, and nothing else would say so.
+                Ok(Err(e)) => {
+                    metrics.error(ErrorKind::Lease);
+                    match &e {
+                        kube::Error::Api(s) if s.code == 403 || s.code == 404 => {
+                            tracing::warn!(error = %e, lease = %cfg.name, namespace = %cfg.namespace, "cannot write the leader Lease");
+                        }
+                        _ => tracing::debug!(error = %e, "Lease update failed"),
+                    }
+                }
+                Err(_) => {
+                    metrics.error(ErrorKind::Lease);
+                    tracing::debug!("Lease update timed out");
+                }
             }
             tokio::select! {
                 _ = tokio::time::sleep(cfg.retry_period) => {}
@@ -251,9 +268,14 @@ async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::ErrorLabels;
     use crate::mock_api::{client, serve, status};
     use hyper::Method;
     use serde_json::Value;
+
+    fn test_metrics() -> Arc<Metrics> {
+        Arc::new(Metrics::new(&mut Default::default(), false))
+    }
 
     const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/rekindle/leases/rekindle-leader";
 
@@ -442,8 +464,14 @@ mod tests {
     async fn a_leader_cut_off_from_the_apiserver_stops_leading_at_its_renew_deadline() {
         let (client, mut handle) = client();
         let shutdown = CancellationToken::new();
-        let (mut leadership, _election) =
-            start(client, config(), shutdown.clone(), CancellationToken::new());
+        let metrics = test_metrics();
+        let (mut leadership, _election) = start(
+            client,
+            config(),
+            metrics.clone(),
+            shutdown.clone(),
+            CancellationToken::new(),
+        );
         let answer = |status: u16, body: Value| {
             http::Response::builder()
                 .status(status)
@@ -474,6 +502,14 @@ mod tests {
             "led {led_for:?} after the last renewal"
         );
         assert!(led_for >= config().renew_deadline - Duration::from_millis(10));
+        // The attempt ends at the deadline too: it is counted as it times out.
+        let failed = metrics.errors.get_or_create(&ErrorLabels {
+            kind: ErrorKind::Lease.label().into(),
+        });
+        while failed.get() == 0 && acquired_at.elapsed() < config().renew_deadline * 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(failed.get(), 1, "the renewal that timed out is counted");
         shutdown.cancel();
         hung.abort();
     }
@@ -484,8 +520,13 @@ mod tests {
     async fn the_lease_is_released_only_once_the_writes_are_done() {
         let (client, mut handle) = client();
         let (shutdown, writes_done) = (CancellationToken::new(), CancellationToken::new());
-        let (mut leadership, election) =
-            start(client, config(), shutdown.clone(), writes_done.clone());
+        let (mut leadership, election) = start(
+            client,
+            config(),
+            test_metrics(),
+            shutdown.clone(),
+            writes_done.clone(),
+        );
         let respond = |send: tower_test::mock::SendResponse<http::Response<kube::client::Body>>,
                        status: u16,
                        body: Value| {
