@@ -401,6 +401,10 @@ async fn next_frame<M: Decode>(frames: &mut Frames) -> Option<Result<Frame<M::Ob
     match frames.next().await? {
         Ok(frame) => Some(decode_frame::<M>(frame.freeze())),
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => None,
+        // The codec's answer to a frame over the limit: as undecodable as garbage.
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            Some(Err(Error::Decode(format!("frame: {e}"))))
+        }
         Err(e) => Some(Err(Error::Io(e))),
     }
 }
@@ -612,17 +616,27 @@ mod tests {
         assert!(!queries[4].contains(&format!("resourceVersion={bookmark_rv}")));
     }
 
-    /// An event that cannot be decoded is yielded as an error, then the stream ends for JSON to take
-    /// over: retrying would read the same event again, forever.
+    /// An event that cannot be decoded, or a frame over the limit, is yielded as an error, then the
+    /// stream ends for JSON to take over: retrying would read the same event again, forever.
     #[tokio::test]
     async fn an_undecodable_event_ends_the_watch() {
-        let (client, mut handle) = crate::mock_api::client();
         let changed = frames(CHANGES)[0].clone();
-        let mut body = Vec::new();
+        let mut garbage = Vec::new();
         for frame in [&changed[..], b"\x0a\x08MODIFIED\x12\x03\x0a\x01x"] {
-            body.extend((frame.len() as u32).to_be_bytes());
-            body.extend(frame);
+            garbage.extend((frame.len() as u32).to_be_bytes());
+            garbage.extend(frame);
         }
+        let mut oversized = garbage[..4 + changed.len()].to_vec();
+        oversized.extend((MAX_FRAME as u32 + 1).to_be_bytes());
+        oversized.extend(b"more to come");
+        for body in [garbage, oversized] {
+            ends_after_a_change(body).await;
+        }
+    }
+
+    /// A watch whose first state is [`INITIAL`] and whose resumed watch answers `body`.
+    async fn ends_after_a_change(body: Vec<u8>) {
+        let (client, mut handle) = crate::mock_api::client();
         let server = tokio::spawn(async move {
             let mut requests = 0;
             for answer in [INITIAL.to_vec(), body] {
