@@ -13,6 +13,7 @@ reading its namespace's ConfigMap, and waits for the control plane to settle.
 """
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -27,12 +28,17 @@ STATE = Path(os.environ.get("REKINDLE_E2E_STATE", ROOT / "target/e2e"))
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def kubectl(*args, stdin=None):
-    bin_dir = subprocess.run(
+@functools.cache
+def bin_dir():
+    """The control plane's binaries (built, or found cached, by the e2e harness's script)."""
+    return Path(subprocess.run(
         [ROOT / "e2e/scripts/build-binaries.sh", "all"], check=True, capture_output=True, text=True
-    ).stdout.strip().splitlines()[-1]
+    ).stdout.strip().splitlines()[-1])
+
+
+def kubectl(*args, stdin=None):
     return subprocess.run(
-        [Path(bin_dir) / "kubectl", "--kubeconfig", STATE / "kubeconfig", *args],
+        [bin_dir() / "kubectl", "--kubeconfig", STATE / "kubeconfig", *args],
         input=stdin, check=True, capture_output=True, text=True,
     ).stdout
 

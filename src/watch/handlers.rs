@@ -563,9 +563,7 @@ mod tests {
     /// than reading the same event again forever.
     #[tokio::test]
     async fn the_secrets_watch_goes_on_in_json_after_an_undecodable_event() {
-        let garbage = b"\x0a\x05ADDED\x12\x03\x0a\x01x";
-        let mut body = (garbage.len() as u32).to_be_bytes().to_vec();
-        body.extend(garbage);
+        let body = super::super::protobuf::wire(&[b"\x0a\x05ADDED\x12\x03\x0a\x01x"]);
         goes_on_in_json((200, body), Fallback::Undecodable).await;
     }
 

@@ -228,24 +228,21 @@ pub fn watch<M: Decode>(
     impl Stream<Item = Result<Event<M::Object>, Error>> + Send + 'static,
     Ending,
 ) {
-    let ending = Ending::default();
     let watch = Watch::<M> {
         client,
         request: kube::core::Request::new(path),
         labels,
         fields,
+        ending: Ending::default(),
         _message: std::marker::PhantomData,
     };
-    let record = ending.clone();
-    let events = futures::stream::unfold((watch, State::Empty), move |(watch, state)| {
-        let record = record.clone();
-        async move {
-            let (item, next) = watch.step(state).await;
-            if let State::Ended(reason) = next {
-                let _ = record.0.set(reason);
-            }
-            item.map(|item| (item, (watch, next)))
+    let ending = watch.ending.clone();
+    let events = futures::stream::unfold((watch, State::Empty), |(watch, state)| async move {
+        let (item, next) = watch.step(state).await;
+        if let State::Ended(reason) = next {
+            let _ = watch.ending.0.set(reason);
         }
+        item.map(|item| (item, (watch, next)))
     });
     (events, ending)
 }
@@ -255,6 +252,8 @@ struct Watch<M> {
     request: kube::core::Request,
     labels: Option<String>,
     fields: Option<String>,
+    /// Set once the stream ends.
+    ending: Ending,
     _message: std::marker::PhantomData<fn() -> M>,
 }
 
@@ -419,6 +418,17 @@ fn frames(mut wire: &[u8]) -> Vec<Bytes> {
         wire = &wire[4 + len..];
     }
     out
+}
+
+/// A watch body of these events, each framed as the apiserver frames them: [`frames`] reversed.
+#[cfg(test)]
+pub(crate) fn wire(events: &[&[u8]]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for event in events {
+        body.extend((event.len() as u32).to_be_bytes());
+        body.extend(*event);
+    }
+    body
 }
 
 /// The objects of a captured first state, in order, checked to end with its closing bookmark.
@@ -621,12 +631,8 @@ mod tests {
     #[tokio::test]
     async fn an_undecodable_event_ends_the_watch() {
         let changed = frames(CHANGES)[0].clone();
-        let mut garbage = Vec::new();
-        for frame in [&changed[..], b"\x0a\x08MODIFIED\x12\x03\x0a\x01x"] {
-            garbage.extend((frame.len() as u32).to_be_bytes());
-            garbage.extend(frame);
-        }
-        let mut oversized = garbage[..4 + changed.len()].to_vec();
+        let garbage = wire(&[&changed, b"\x0a\x08MODIFIED\x12\x03\x0a\x01x"]);
+        let mut oversized = wire(&[&changed]);
         oversized.extend((MAX_FRAME as u32 + 1).to_be_bytes());
         oversized.extend(b"more to come");
         for body in [garbage, oversized] {
