@@ -9,10 +9,13 @@ default:
 build:
     cargo build --workspace --bins
 
-# Unit tests, the chart's tests, the end-to-end tests against a real control plane, the reload tests
-# again under exactly the chart's RBAC with the release binary, then the install tests: the image on the
-# real node, installed with helm. What CI runs.
-test: unit e2e e2e-chart e2e-install
+# Unit tests, the chart's tests, the end-to-end tests against a real control plane (the reload tests
+# under exactly the chart's RBAC with the release binary, the others with the debug build), then the
+# install tests: the image on the real node, installed with helm. What CI runs.
+test: unit e2e-rest e2e-chart e2e-install
+
+# The e2e test files `e2e-chart` runs (`just test` runs each file once: these there, the rest in `e2e-rest`).
+chart_tests := "serve features kinds pod_restarts used_keys"
 
 # The release build the image ships (the Dockerfile runs this same command; `just lint` checks it).
 release:
@@ -34,19 +37,26 @@ lint:
 webhook-config:
     e2e/scripts/render-webhook-config.sh webhook-config
 
-# End-to-end tests (and the chart's tests); brings the control plane up when needed.
+# Every end-to-end test (and the chart's tests) with the debug build; brings the control plane up when needed.
 e2e *ARGS: cluster-up companions
     scripts/install-python-tools.sh >/dev/null
     cargo build --workspace --bins
     cargo test -p e2e -- --test-threads=4 {{ARGS}} || { e2e/scripts/cluster.sh keep-logs; exit 101; }
 
-# The reload tests again, with the release binary running under the chart's ServiceAccount RBAC
-# (installed into rekindle-system; every optional rule on).
+# The end-to-end tests `e2e-chart` does not run, with the debug build.
+e2e-rest: cluster-up companions
+    scripts/install-python-tools.sh >/dev/null
+    cargo build --workspace --bins
+    cargo test -p e2e --lib --bins $(e2e/scripts/test-targets.py {{chart_tests}}) -- --test-threads=4 \
+      || { e2e/scripts/cluster.sh keep-logs; exit 101; }
+
+# Under the chart's ServiceAccount RBAC (installed into rekindle-system, every optional rule on), so each
+# also proves the chart grants enough: the reload tests, with the release binary.
 e2e-chart: cluster-up release
     cargo build --workspace --bins
     kc="$(cargo run -q -p e2e --bin chart_identity -- rekindle-system)"; \
       REKINDLE_BIN=target/release/rekindle REKINDLE_E2E_KUBECONFIG="$kc" REKINDLE_E2E_POD_NAMESPACE=rekindle-system \
-      cargo test -p e2e --test serve --test features --test kinds --test pod_restarts --test used_keys -- --test-threads=4 \
+      cargo test -p e2e $(printf -- '--test %s ' {{chart_tests}}) -- --test-threads=4 \
       || { e2e/scripts/cluster.sh keep-logs; exit 101; }
 
 # Build (or reuse) the control-plane binaries from their Go modules.

@@ -123,15 +123,23 @@ build_helm() {
   echo "k8s.io/client-go $client_go" >"$BIN/helm.release-ldflags"
 }
 
+# CoreDNS from e2e/node/coredns, a main with only the plugins the node's Corefile uses; rebuilt when
+# that source differs from the copy kept beside the binary.
 build_coredns() {
-  have coredns && return 0
-  local dir="$WORK/coredns-$COREDNS_VERSION"
+  local src="$HERE/../node/coredns/main.go"
+  have coredns && cmp -s "$src" "$BIN/coredns.go" && return 0
+  local dir="$WORK/coredns-main-$COREDNS_VERSION"
   mkdir -p "$dir" && cd "$dir"
-  [ -f go.mod ] || go mod init rekindle-e2e/coredns >/dev/null 2>&1
-  log "building coredns $COREDNS_VERSION"
-  go get -tool "github.com/coredns/coredns@$COREDNS_VERSION" >&2
-  go build -trimpath -ldflags "-s -w" -o "$BIN/coredns.tmp" github.com/coredns/coredns
+  cp "$src" main.go
+  if [ ! -f go.mod ]; then
+    go mod init rekindle-e2e/coredns >/dev/null 2>&1
+    go mod edit -require="github.com/coredns/coredns@$COREDNS_VERSION"
+  fi
+  log "building coredns $COREDNS_VERSION (the node's plugins)"
+  go mod tidy >&2
+  go build -trimpath -ldflags "-s -w" -o "$BIN/coredns.tmp" .
   mv "$BIN/coredns.tmp" "$BIN/coredns"
+  cp "$src" "$BIN/coredns.go"
 }
 
 # The pod sandbox's process (e2e/node/pause): the node imports it as its sandbox image. Rebuilt when its
@@ -151,7 +159,7 @@ case "$what" in
   all) build_etcd; build_kubernetes; build_kwok; build_helm ;;
   node) build_node ;;
   node-all) build_etcd; build_kubernetes; build_kwok; build_helm; build_node ;;
-  kubernetes|etcd|kwok|helm) "build_$what" ;;
-  *) echo "usage: $0 [all|node|node-all|kubernetes|etcd|kwok|helm]" >&2; exit 2 ;;
+  kubernetes|etcd|kwok|helm|coredns) "build_$what" ;;
+  *) echo "usage: $0 [all|node|node-all|kubernetes|etcd|kwok|helm|coredns]" >&2; exit 2 ;;
 esac
 echo "$BIN"

@@ -304,3 +304,100 @@ pub async fn serve(
     }
     let _ = tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::registry::Registry;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// The bound is checked before any handshake, so no certificate is needed.
+    #[derive(Debug)]
+    struct NoCertificate;
+
+    impl ResolvesServerCert for NoCertificate {
+        fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+            None
+        }
+    }
+
+    fn errors(registry: &Registry, kind: &str) -> u64 {
+        let text = crate::metrics::exposition::encode(
+            registry,
+            crate::metrics::exposition::Format::Classic,
+        )
+        .unwrap();
+        let series = format!("rekindle_errors_total{{kind=\"{kind}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .map_or(0, |v| v.parse().unwrap())
+    }
+
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        for _ in 0..500 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("not within 5 s: {what}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_over_the_bound_is_closed_and_counted_and_a_freed_slot_is_reused() {
+        let mut registry = Registry::default();
+        let metrics = Arc::new(Metrics::new(&mut registry, false));
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(NoCertificate));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(
+            listener,
+            config,
+            Router::new(),
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+
+        // Every slot taken by a client that never starts its handshake (10 s allowed).
+        let mut held = Vec::with_capacity(MAX_CONNECTIONS);
+        for _ in 0..MAX_CONNECTIONS {
+            held.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let mut over = TcpStream::connect(addr).await.unwrap();
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(5), over.read(&mut byte))
+            .await
+            .expect("the connection over the bound is closed at once");
+        assert!(
+            matches!(read, Ok(0) | Err(_)),
+            "closed, not served: {read:?}"
+        );
+        assert_eq!(errors(&registry, "webhook_overload"), 1);
+        assert_eq!(errors(&registry, "webhook_handshake"), 0);
+
+        // A client that leaves frees its slot (its handshake fails), and the next one is accepted.
+        drop(held.pop());
+        until("the abandoned handshake is counted", || {
+            errors(&registry, "webhook_handshake") == 1
+        })
+        .await;
+        drop(TcpStream::connect(addr).await.unwrap());
+        until("the next connection is accepted, then abandoned", || {
+            errors(&registry, "webhook_handshake") == 2
+        })
+        .await;
+        assert_eq!(errors(&registry, "webhook_overload"), 1);
+
+        shutdown.cancel();
+        drop(held);
+        server.await.unwrap();
+    }
+}
