@@ -557,6 +557,16 @@ impl Metrics {
             .inc();
     }
 
+    /// How many failures of this kind were counted.
+    #[cfg(test)]
+    pub fn errors_of(&self, kind: ErrorKind) -> u64 {
+        self.errors
+            .get_or_create(&ErrorLabels {
+                kind: kind.label().into(),
+            })
+            .get()
+    }
+
     /// A resource watch event after handling.
     pub fn processed(&self, event: WatchEventType, watched: Watched, result: Processed) {
         self.events_processed

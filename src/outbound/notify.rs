@@ -129,14 +129,6 @@ impl Notifier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::ErrorLabels;
-
-    fn errors(metrics: &Metrics, kind: &str) -> u64 {
-        metrics
-            .errors
-            .get_or_create(&ErrorLabels { kind: kind.into() })
-            .get()
-    }
 
     /// A receiver that accepts connections and never answers: every POST times out and is retried,
     /// the notification ends as undelivered, and what does not fit the queue is dropped and counted.
@@ -162,9 +154,9 @@ mod tests {
             notifier.send(json!({"n": i}));
         }
         // One is being sent, four wait: the other five are dropped at once.
-        assert!(errors(&metrics, "notify_dropped") >= 5);
+        assert!(metrics.errors_of(ErrorKind::NotifyDropped) >= 5);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while errors(&metrics, "notify") == 0 {
+        while metrics.errors_of(ErrorKind::Notify) == 0 {
             assert!(
                 std::time::Instant::now() < deadline,
                 "a timed-out notification was never given up"

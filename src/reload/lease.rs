@@ -268,7 +268,6 @@ async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::ErrorLabels;
     use crate::mock_api::{client, serve, status};
     use hyper::Method;
     use serde_json::Value;
@@ -503,13 +502,11 @@ mod tests {
         );
         assert!(led_for >= config().renew_deadline - Duration::from_millis(10));
         // The attempt ends at the deadline too: it is counted as it times out.
-        let failed = metrics.errors.get_or_create(&ErrorLabels {
-            kind: ErrorKind::Lease.label().into(),
-        });
-        while failed.get() == 0 && acquired_at.elapsed() < config().renew_deadline * 2 {
+        let failed = || metrics.errors_of(ErrorKind::Lease);
+        while failed() == 0 && acquired_at.elapsed() < config().renew_deadline * 2 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        assert_eq!(failed.get(), 1, "the renewal that timed out is counted");
+        assert_eq!(failed(), 1, "the renewal that timed out is counted");
         shutdown.cancel();
         hung.abort();
     }

@@ -322,18 +322,6 @@ mod tests {
         }
     }
 
-    fn errors(registry: &Registry, kind: &str) -> u64 {
-        let text = crate::metrics::exposition::encode(
-            registry,
-            crate::metrics::exposition::Format::Classic,
-        )
-        .unwrap();
-        let series = format!("rekindle_errors_total{{kind=\"{kind}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&series))
-            .map_or(0, |v| v.parse().unwrap())
-    }
-
     async fn until(what: &str, mut done: impl FnMut() -> bool) {
         for _ in 0..500 {
             if done() {
@@ -380,21 +368,21 @@ mod tests {
             matches!(read, Ok(0) | Err(_)),
             "closed, not served: {read:?}"
         );
-        assert_eq!(errors(&registry, "webhook_overload"), 1);
-        assert_eq!(errors(&registry, "webhook_handshake"), 0);
+        assert_eq!(metrics.errors_of(ErrorKind::WebhookOverload), 1);
+        assert_eq!(metrics.errors_of(ErrorKind::WebhookHandshake), 0);
 
         // A client that leaves frees its slot (its handshake fails), and the next one is accepted.
         drop(held.pop());
         until("the abandoned handshake is counted", || {
-            errors(&registry, "webhook_handshake") == 1
+            metrics.errors_of(ErrorKind::WebhookHandshake) == 1
         })
         .await;
         drop(TcpStream::connect(addr).await.unwrap());
         until("the next connection is accepted, then abandoned", || {
-            errors(&registry, "webhook_handshake") == 2
+            metrics.errors_of(ErrorKind::WebhookHandshake) == 2
         })
         .await;
-        assert_eq!(errors(&registry, "webhook_overload"), 1);
+        assert_eq!(metrics.errors_of(ErrorKind::WebhookOverload), 1);
 
         shutdown.cancel();
         drop(held);
