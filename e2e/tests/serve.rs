@@ -490,6 +490,12 @@ async fn changes_while_stopped_are_caught_up_exactly_once() -> Result<()> {
         deployment_env(&client, &ns.name, "web", 0, "STAKATER_APP_CONFIG_CONFIGMAP").await?,
         Some(cm_hash(&client, &ns.name, "app-config").await?)
     );
+    // Found by comparing the marker with the index, the change was confirmed by reading the
+    // ConfigMap (its index current) before it was written.
+    let confirmed =
+        |result: &str| format!("rekindle_resource_confirmations_total{{result=\"{result}\"}}");
+    assert_eq!(rk.metric(&confirmed("current")).await?, 1.0);
+    assert_eq!(rk.metric(&confirmed("behind")).await?, 0.0);
     // Nothing changed for `other`: it does not roll. And a second restart with nothing changed rolls nothing.
     expect_replica_sets(&client, &ns.name, "other", 1).await?;
     rk.terminate().await?;

@@ -11,6 +11,7 @@ use crate::index::Index;
 use crate::metrics::Metrics;
 use crate::reload::catch_up::CatchUp;
 use crate::reload::lease::Leadership;
+use crate::reload::queue::Found;
 use crate::reload::triggers::Triggers;
 use crate::watch::ReadyTracker;
 
@@ -100,7 +101,7 @@ impl Housekeeping {
         };
         let now = tokio::time::Instant::now();
         for (key, r) in self.index.absent_markers() {
-            triggers.push(&[key], &r, now);
+            triggers.push(&[key], &r, now, Found::Compared);
         }
     }
 

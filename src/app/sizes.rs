@@ -105,7 +105,7 @@ mod tests {
     use crate::core::refs::ResourceRef;
     use crate::core::{ResourceKind, WorkloadKind};
     use crate::index::{ResourceEntry, ResourceKey, WorkloadKey};
-    use crate::reload::queue::QueueConfig;
+    use crate::reload::queue::{Found, QueueConfig};
     use prometheus_client::registry::Registry;
 
     #[tokio::test]
@@ -147,7 +147,7 @@ mod tests {
             name: "cfg".into(),
         };
         // A lone trigger is due at once, so the writer can take it below.
-        queue.push(workload, r, tokio::time::Instant::now(), true);
+        queue.push(workload, r, tokio::time::Instant::now(), true, Found::Event);
         let has = |lines: &[&str]| {
             let text = scrape();
             for line in lines {

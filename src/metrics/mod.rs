@@ -208,6 +208,27 @@ impl Eviction {
     }
 }
 
+/// A resource read to confirm the index's view of it before a marker found by comparison is replaced
+/// (`rekindle_resource_confirmations_total{result}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirmation {
+    /// The index is current: the marker is written.
+    Current,
+    /// The index is behind the apiserver: the change is left to the watch.
+    Behind,
+}
+
+impl Confirmation {
+    pub const ALL: [Confirmation; 2] = [Self::Current, Self::Behind];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Current => "current",
+            Self::Behind => "behind",
+        }
+    }
+}
+
 /// What failed (`rekindle_errors_total{kind}` and `reloader_errors_total{type}`): one variant per
 /// failure mode, so a new one is a compile-time choice, not a new series from a typo.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -319,6 +340,7 @@ pub struct Metrics {
     pub rollouts_failed: Family<ReasonLabels, Counter>,
     pub reload_halts: Counter,
     pub pod_evictions: Family<ResultLabels, Counter>,
+    pub resource_confirmations: Family<ResultLabels, Counter>,
     pub pod_restarts_in_progress: Gauge,
     pub consistency_pass_duration: Histogram,
     pub ready: Gauge,
@@ -388,6 +410,7 @@ impl Metrics {
             rollouts_failed: Family::default(),
             reload_halts: Counter::default(),
             pod_evictions: Family::default(),
+            resource_confirmations: Family::default(),
             pod_restarts_in_progress: Gauge::default(),
             consistency_pass_duration: Histogram::new([
                 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -419,6 +442,11 @@ impl Metrics {
                 result: result.label().into(),
             });
         }
+        for result in Confirmation::ALL {
+            let _ = m.resource_confirmations.get_or_create(&ResultLabels {
+                result: result.label().into(),
+            });
+        }
         m
     }
 
@@ -447,6 +475,7 @@ impl Metrics {
             "rekindle_rollouts_failed", "Rollouts counted against --max-rollouts-in-progress that failed, by reason (progress_deadline, degraded, timeout)" => m.rollouts_failed;
             "rekindle_reload_halts", "Changes halted because a rollout rekindle started for them failed (rekindle.io/reload-halted written)" => m.reload_halts;
             "rekindle_pod_evictions", "Pod evictions of pod-restart walks, by result (evicted, disruption_budget: refused by a PodDisruptionBudget, error)" => m.pod_evictions;
+            "rekindle_resource_confirmations", "ConfigMaps and Secrets read before a marker found by comparison (the catch-up, a new workload) was replaced with the index's hash, by result (current: written; behind: this replica's watch had not caught up, the change left to it)" => m.resource_confirmations;
             "rekindle_pod_restarts_in_progress", "Workloads whose pods are being restarted by eviction (rekindle.io/restart: pods)" => m.pod_restarts_in_progress;
             "rekindle_consistency_pass_duration_seconds", "Time to compare every indexed workload's markers with the current hashes (the consistency pass, and the catch-up on becoming leader), on the leader" => m.consistency_pass_duration;
             "rekindle_ready", "1 when every watch has synced" => m.ready;
@@ -486,6 +515,14 @@ impl Metrics {
         self.workload_reads
             .get_or_create(&ReasonLabels {
                 reason: reason.label().into(),
+            })
+            .inc();
+    }
+
+    pub fn confirmation(&self, result: Confirmation) {
+        self.resource_confirmations
+            .get_or_create(&ResultLabels {
+                result: result.label().into(),
             })
             .inc();
     }

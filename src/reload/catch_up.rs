@@ -18,6 +18,7 @@ use crate::core::refs::ResourceRef;
 use crate::core::ResourceKind;
 use crate::index::{Index, WorkloadKey};
 use crate::reload::lease::Leadership;
+use crate::reload::queue::Found;
 use crate::reload::triggers::Triggers;
 
 pub struct CatchUp {
@@ -113,7 +114,10 @@ impl CatchUp {
         let mut queued: Vec<(WorkloadKey, ResourceRef)> = Vec::new();
         for (key, r) in stale {
             if !skip.is_some_and(|s| s.contains(&key))
-                && self.triggers.push(std::slice::from_ref(&key), &r, now) > 0
+                && self
+                    .triggers
+                    .push(std::slice::from_ref(&key), &r, now, Found::Compared)
+                    > 0
             {
                 queued.push((key, r));
             }

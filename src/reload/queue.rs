@@ -28,12 +28,27 @@ pub struct Pending {
     /// The resources whose changes make the workload owed, each with when its first change still
     /// pending was seen (the latency metric). What changed is read from the index at planning time.
     pub causes: BTreeMap<ResourceRef, Instant>,
+    /// Of the causes, those a watch event brought, with when the latest such event was seen; the
+    /// others were found by comparing a workload's marker with the index (see [`Found`]).
+    pub events: BTreeMap<ResourceRef, Instant>,
     /// Reloads of these changes that failed every attempt so far (each waits longer before the next).
     pub failures: u32,
     /// Why the reload waits though owed, once the writer has deferred it (its Event is posted once).
     pub deferred: Option<Deferred>,
     /// Work no change caused: the end of a pause, a halt to write or to end.
     pub upkeep: Upkeep,
+}
+
+/// How a change came to be owed, which decides whether the writer may replace a marker with the
+/// index's hash as it stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// A watch event of the resource: the index holds at least what it brought.
+    Event,
+    /// The index's hash differed from a workload's marker (the catch-up, a new workload, a pod
+    /// group, `--sync-after-restart`). Another replica may have written that marker from a newer
+    /// view than this one's watch has caught up with, so the writer reads the resource first.
+    Compared,
 }
 
 /// Work on a workload that no change caused, reconciled by the writer with its reloads.
@@ -226,6 +241,7 @@ impl Queue {
         resource: ResourceRef,
         observed: Instant,
         lone: bool,
+        found: Found,
     ) -> Pushed {
         self.adds.inc();
         let now = Instant::now();
@@ -248,10 +264,14 @@ impl Queue {
             first: now,
             due: now,
             causes: BTreeMap::new(),
+            events: BTreeMap::new(),
             failures: 0,
             deferred: None,
             upkeep: Upkeep::default(),
         });
+        if found == Found::Event {
+            entry.events.insert(resource.clone(), observed);
+        }
         entry.causes.entry(resource).or_insert(observed);
         let mut due = if lone && pushed == Pushed::New && !busy {
             now
@@ -277,6 +297,7 @@ impl Queue {
             first: due,
             due,
             causes: BTreeMap::new(),
+            events: BTreeMap::new(),
             failures: 0,
             deferred: None,
             upkeep: Upkeep::default(),
@@ -433,6 +454,10 @@ impl Queue {
                             let first_seen = entry.causes.entry(r).or_insert(observed);
                             *first_seen = (*first_seen).min(observed);
                         }
+                        for (r, seen) in back.events {
+                            let latest = entry.events.entry(r).or_insert(seen);
+                            *latest = (*latest).max(seen);
+                        }
                     }
                     None => {
                         state.pending.insert(
@@ -508,7 +533,7 @@ mod tests {
         q.push_upkeep(key("a"), t0 + Duration::from_secs(90), Upkeep::RESUME);
         assert_eq!(q.depth(), 1);
         assert_eq!(q.stalled_for(), Duration::ZERO, "not owed before it is due");
-        q.push(key("a"), r("cm"), t0, true);
+        q.push(key("a"), r("cm"), t0, true, Found::Event);
         let (_, pending) = q.next().await;
         assert_eq!(Instant::now(), t0, "the change is due at once");
         assert!(pending.upkeep.resume, "and carries the resume");
@@ -524,7 +549,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn failed_changes_come_back_after_the_retry_delay() {
         let q = queue(0, 0, 0);
-        q.push(key("a"), r("one"), Instant::now(), true);
+        q.push(key("a"), r("one"), Instant::now(), true, Found::Event);
         let (k, pending) = q.next().await;
         q.done(&k, Finished::failed(pending));
         assert_eq!(q.depth(), 1, "kept");
@@ -535,7 +560,7 @@ mod tests {
         q.done(&k, Finished::failed(pending));
 
         // A new change while they wait: due at once, carrying the failed one.
-        q.push(key("a"), r("two"), Instant::now(), false);
+        q.push(key("a"), r("two"), Instant::now(), false, Found::Event);
         let (_, pending) = tokio::time::timeout(Duration::from_secs(1), q.next())
             .await
             .expect("due with the new change");
@@ -549,7 +574,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stall_is_owed_work_with_no_progress() {
         let q = queue(1_000, 5_000, 0);
-        q.push(key("a"), r("cm"), Instant::now(), false);
+        q.push(key("a"), r("cm"), Instant::now(), false, Found::Event);
         tokio::time::advance(Duration::from_millis(900)).await;
         assert_eq!(q.stalled_for(), Duration::ZERO, "not due yet");
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -580,9 +605,18 @@ mod tests {
     async fn changes_to_one_workload_coalesce() {
         let q = queue(250, 2000, 0);
         let t = Instant::now();
-        assert_eq!(q.push(key("a"), r("one"), t, false), Pushed::New);
-        assert_eq!(q.push(key("a"), r("two"), t, false), Pushed::Coalesced);
-        assert_eq!(q.push(key("b"), r("one"), t, false), Pushed::New);
+        assert_eq!(
+            q.push(key("a"), r("one"), t, false, Found::Event),
+            Pushed::New
+        );
+        assert_eq!(
+            q.push(key("a"), r("two"), t, false, Found::Event),
+            Pushed::Coalesced
+        );
+        assert_eq!(
+            q.push(key("b"), r("one"), t, false, Found::Event),
+            Pushed::New
+        );
         assert_eq!(q.adds.get(), 3, "every push counts, coalesced ones too");
         let (k, p) = q.next().await;
         assert!(
@@ -602,22 +636,22 @@ mod tests {
     async fn a_lone_change_is_due_at_once_and_a_burst_behind_it_coalesces() {
         let q = queue(250, 2000, 0);
         let t0 = Instant::now();
-        q.push(key("a"), r("one"), t0, true);
+        q.push(key("a"), r("one"), t0, true, Found::Event);
         let (k, _) = q.next().await;
         assert_eq!(Instant::now(), t0, "no debounce for the only trigger");
         // While the first reload is in flight and just after it, changes wait the window.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        q.push(key("a"), r("one"), Instant::now(), true);
+        q.push(key("a"), r("one"), Instant::now(), true, Found::Event);
         q.done(&k, Finished::Reloaded);
         tokio::time::sleep(Duration::from_millis(20)).await;
-        q.push(key("a"), r("one"), Instant::now(), true);
+        q.push(key("a"), r("one"), Instant::now(), true, Found::Event);
         let (_, p) = q.next().await;
         assert_eq!(Instant::now() - t0, Duration::from_millis(40 + 250));
         assert_eq!(p.causes.len(), 1);
         // Once the window after a reload has passed, a lone change is immediate again.
         tokio::time::sleep(Duration::from_millis(1000)).await;
         let t1 = Instant::now();
-        q.push(key("b"), r("one"), t1, true);
+        q.push(key("b"), r("one"), t1, true, Found::Event);
         let _ = q.next().await;
         assert_eq!(Instant::now(), t1);
     }
@@ -632,13 +666,13 @@ mod tests {
                 .last_reload
                 .insert(key(&format!("other-{i}")), Instant::now());
         }
-        q.push(key("a"), r("one"), Instant::now(), true);
+        q.push(key("a"), r("one"), Instant::now(), true, Found::Event);
         let (k, _) = q.next().await;
         q.done(&k, Finished::Reloaded);
         assert!(q.lock().last_reload.len() <= 10_001);
         tokio::time::sleep(Duration::from_millis(20)).await;
         let t1 = Instant::now();
-        q.push(key("a"), r("one"), t1, true);
+        q.push(key("a"), r("one"), t1, true, Found::Event);
         let _ = q.next().await;
         assert_eq!(Instant::now() - t1, Duration::from_millis(250));
     }
@@ -648,13 +682,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_deferred_reload_keeps_its_mark_through_new_changes() {
         let q = queue(0, 0, 0);
-        q.push(key("a"), r("one"), Instant::now(), true);
+        q.push(key("a"), r("one"), Instant::now(), true, Found::Event);
         let (k, mut pending) = q.next().await;
         pending.deferred = Some(Deferred::Window);
         let after = Duration::from_secs(3600);
         q.done(&k, Finished::RequeueAfter { pending, after });
         assert_eq!(q.deferred(Deferred::Window), 1);
-        q.push(key("a"), r("two"), Instant::now(), false);
+        q.push(key("a"), r("two"), Instant::now(), false, Found::Event);
         let (_, pending) = tokio::time::timeout(Duration::from_secs(1), q.next())
             .await
             .expect("due with the new change");
@@ -668,11 +702,11 @@ mod tests {
     async fn workloads_are_taken_in_the_order_they_are_due() {
         let q = queue(250, 2000, 0);
         let t0 = Instant::now();
-        q.push(key("a"), r("one"), t0, false);
+        q.push(key("a"), r("one"), t0, false, Found::Event);
         tokio::time::sleep(Duration::from_millis(100)).await;
-        q.push(key("b"), r("one"), Instant::now(), false);
+        q.push(key("b"), r("one"), Instant::now(), false, Found::Event);
         tokio::time::sleep(Duration::from_millis(100)).await;
-        q.push(key("a"), r("two"), Instant::now(), false);
+        q.push(key("a"), r("two"), Instant::now(), false, Found::Event);
         let (first, _) = q.next().await;
         assert_eq!(first, key("b"));
         assert_eq!(Instant::now() - t0, Duration::from_millis(350));
@@ -687,9 +721,9 @@ mod tests {
     async fn changes_of_several_resources_200ms_apart_are_one_reload() {
         let q = queue(250, 2000, 0);
         let t0 = Instant::now();
-        q.push(key("a"), r("cm"), t0, false);
+        q.push(key("a"), r("cm"), t0, false, Found::Event);
         tokio::time::sleep(Duration::from_millis(200)).await;
-        q.push(key("a"), r("secret"), Instant::now(), false);
+        q.push(key("a"), r("secret"), Instant::now(), false, Found::Event);
         let (_, p) = q.next().await;
         assert_eq!(Instant::now() - t0, Duration::from_millis(450));
         assert_eq!(p.causes.len(), 2);
@@ -704,7 +738,7 @@ mod tests {
             let q = q.clone();
             tokio::spawn(async move {
                 for _ in 0..20 {
-                    q.push(key("a"), r("one"), Instant::now(), false);
+                    q.push(key("a"), r("one"), Instant::now(), false, Found::Event);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             })
@@ -721,16 +755,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn in_flight_workloads_wait_and_cooldown_delays() {
         let q = queue(0, 0, 1000);
-        q.push(key("a"), r("one"), Instant::now(), false);
+        q.push(key("a"), r("one"), Instant::now(), false, Found::Event);
         let (k, _) = q.next().await;
-        q.push(key("a"), r("one"), Instant::now(), false);
+        q.push(key("a"), r("one"), Instant::now(), false, Found::Event);
         // Still in flight: not handed out again until done.
         assert!(tokio::time::timeout(Duration::from_millis(50), q.next())
             .await
             .is_err());
         let t = Instant::now();
         q.done(&k, Finished::Reloaded);
-        q.push(key("a"), r("two"), Instant::now(), false);
+        q.push(key("a"), r("two"), Instant::now(), false, Found::Event);
         let (_, p) = q.next().await;
         assert!(
             Instant::now() - t >= Duration::from_millis(1000),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::queue::{Pushed, Queue, Upkeep};
+use super::queue::{Found, Pushed, Queue, Upkeep};
 use crate::config::scope::ScopeFilter;
 use crate::core::refs::ResourceRef;
 use crate::index::{Index, WorkloadKey};
@@ -52,13 +52,14 @@ impl Triggers {
         &self.queue
     }
 
-    /// Queues the workloads rekindle covers for a change of `resource` first seen at `observed`;
-    /// returns how many were queued.
+    /// Queues the workloads rekindle covers for a change of `resource` first seen at `observed`, as
+    /// `found`; returns how many were queued.
     pub fn push(
         &self,
         workloads: &[WorkloadKey],
         resource: &ResourceRef,
         observed: Instant,
+        found: Found,
     ) -> usize {
         let mut queued = 0;
         for w in workloads {
@@ -70,7 +71,11 @@ impl Triggers {
             self.metrics.matched(w.kind);
             // A workload nothing else can trigger has no other change to wait for.
             let lone = self.index.has_one_trigger(w);
-            if self.queue.push(w.clone(), resource.clone(), observed, lone) == Pushed::Coalesced {
+            if self
+                .queue
+                .push(w.clone(), resource.clone(), observed, lone, found)
+                == Pushed::Coalesced
+            {
                 self.metrics.reloads_coalesced.inc();
             }
             queued += 1;
@@ -163,7 +168,7 @@ mod tests {
             key(WorkloadKind::Deployment, "off", "web"),
         ];
         let t0 = Instant::now();
-        assert_eq!(triggers.push(&candidates, &cm("a"), t0), 2);
+        assert_eq!(triggers.push(&candidates, &cm("a"), t0, Found::Event), 2);
         assert_eq!(queue.depth(), 2);
         let (first, pending) = queue.next().await;
         assert_eq!((first, Instant::now()), (lone, t0), "due at once");

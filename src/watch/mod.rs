@@ -31,6 +31,7 @@ use crate::index::{Index, ResourceKey, WorkloadKey};
 use crate::metrics::{Metrics, Processed};
 use crate::outbound::notify::Notifier;
 use crate::reload::catch_up::CatchUp;
+use crate::reload::queue::Found;
 use crate::reload::rollouts::Rollouts;
 use crate::reload::triggers::Triggers;
 
@@ -243,7 +244,7 @@ impl Ctx {
                     kind: change.key.kind,
                     name: change.key.name.clone(),
                 };
-                triggers.push(dependents, &resource, change.observed);
+                triggers.push(dependents, &resource, change.observed, Found::Event);
                 Processed::Queued
             }
         }
@@ -290,7 +291,7 @@ impl Ctx {
         let now = Instant::now();
         for r in self.index.missed_changes_of(key, created_at) {
             tracing::info!(workload = %key, resource = %r.name, "new workload missed a change of a resource it uses; reloading");
-            triggers.push(std::slice::from_ref(key), &r, now);
+            triggers.push(std::slice::from_ref(key), &r, now, Found::Compared);
         }
     }
 }

@@ -16,6 +16,7 @@ use crate::core::pod_groups;
 use crate::core::refs::ResourceRef;
 use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{WorkloadEntry, WorkloadKey};
+use crate::reload::queue::Found;
 
 type Stamps = Vec<(ResourceRef, String)>;
 
@@ -90,7 +91,7 @@ impl Handler<Pod> for Pods {
         if let Sink::Reload { triggers, .. } = &ctx.sink {
             let now = tokio::time::Instant::now();
             for r in ctx.index.stale_markers_of(&group, &ResourceKind::ALL) {
-                triggers.push(std::slice::from_ref(&group), &r, now);
+                triggers.push(std::slice::from_ref(&group), &r, now, Found::Compared);
             }
         }
     }

@@ -13,12 +13,15 @@
 //! CRD kinds (Rollouts, DeploymentConfigs) have no strategic merge, and a Deployment being paused changes
 //! fields a merge cannot guard: those are read and get a JSON patch guarded by the resourceVersion (a
 //! `test` op), re-read and retried on conflict (422 from the failed test, or 409). Jobs and CronJobs
-//! creating a Job are read too (the Job is made from the whole template). No LIST is made for a reload;
+//! creating a Job are read too (the Job is made from the whole template). A change found by comparing
+//! a marker with the index, not brought by a watch event while leading, is confirmed by reading its
+//! ConfigMap or Secret first (`confirm.rs`). No LIST is made for a reload;
 //! a pod-restart walk lists the workload's own pods (by its selector) at each step.
 //!
 //! Here: the queue loop and `reconcile` (what a due workload owes, attempts, failures); `release.rs`
 //! when an owed reload may be written (window, budget, canaries, halts); `write.rs` one attempt (plan
-//! and guarded write); `restarts.rs` one step of a pod-restart walk; `jobs.rs` Job creation and
+//! and guarded write); `confirm.rs` whether a change found by comparison may be written from the
+//! index; `restarts.rs` one step of a pod-restart walk; `jobs.rs` Job creation and
 //! re-creation; `halts.rs` writing and ending halts;
 //! `events.rs` the Events posted.
 
@@ -57,6 +60,7 @@ use crate::reload::recreate::Records;
 use crate::retry;
 use crate::watch::SyncProgress;
 
+mod confirm;
 mod events;
 mod halts;
 mod jobs;
@@ -147,6 +151,9 @@ pub struct Writer {
     walks: Mutex<HashMap<WorkloadKey, restarts::Walk>>,
     /// When this replica's current leadership began (set by `run`).
     leading_since: Mutex<Option<tokio::time::Instant>>,
+    /// Resources read lately to confirm the index's view of them (`confirm.rs`): what they were
+    /// (`None`: gone), and when.
+    confirmed: confirm::Confirmed,
 }
 
 const FIELD_MANAGER: &str = "rekindle";
@@ -224,6 +231,7 @@ impl Writer {
             warned: Mutex::default(),
             walks: Mutex::default(),
             leading_since: Mutex::default(),
+            confirmed: Default::default(),
         }
     }
 

@@ -57,6 +57,50 @@ fn cronjob() -> Value {
     })
 }
 
+/// A Secret with one value, and its hash (Reloader's).
+fn secret(name: &str, value: &str) -> (Value, String) {
+    let typed = k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            resource_version: Some("1".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            "key".to_string(),
+            k8s_openapi::ByteString(value.as_bytes().to_vec()),
+        )])),
+        ..Default::default()
+    };
+    let hash = crate::core::keys::KeyDigests::of_secret(&typed)
+        .of
+        .to_string();
+    let mut object = serde_json::to_value(&typed).unwrap();
+    object["apiVersion"] = json!("v1");
+    object["kind"] = json!("Secret");
+    (object, hash)
+}
+
+/// A ConfigMap `cfg` with one value, and its hash (Reloader's).
+fn configmap(value: &str) -> (Value, String) {
+    let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": "ns", "resourceVersion": "1"},
+        "data": {"key": value}});
+    let typed: k8s_openapi::api::core::v1::ConfigMap =
+        serde_json::from_value(object.clone()).unwrap();
+    let hash = crate::core::keys::KeyDigests::of_configmap(&typed)
+        .of
+        .to_string();
+    (object, hash)
+}
+
+fn cfg() -> ResourceRef {
+    ResourceRef {
+        kind: ResourceKind::ConfigMap,
+        name: "cfg".into(),
+    }
+}
+
 struct Fixture {
     writer: Arc<Writer>,
     metrics: Arc<Metrics>,
@@ -139,13 +183,9 @@ fn fixture_served(
         upkeep: Default::default(),
         first: now,
         due: now,
-        causes: BTreeMap::from([(
-            ResourceRef {
-                kind: ResourceKind::ConfigMap,
-                name: "cfg".into(),
-            },
-            now,
-        )]),
+        causes: BTreeMap::from([(cfg(), now)]),
+        // Seen by the watch: written from the index without reading the ConfigMap.
+        events: BTreeMap::from([(cfg(), now)]),
     };
     let server = tokio::spawn(serve_slow_events(handle, answer, event_delay));
     (
@@ -1019,13 +1059,8 @@ async fn a_canary_the_replica_does_not_serve_holds_nothing() {
             upkeep: Default::default(),
             first: Instant::now(),
             due: Instant::now(),
-            causes: BTreeMap::from([(
-                ResourceRef {
-                    kind: ResourceKind::ConfigMap,
-                    name: "cfg".into(),
-                },
-                Instant::now(),
-            )]),
+            causes: BTreeMap::from([(cfg(), Instant::now())]),
+            events: BTreeMap::new(),
         };
         let hold = w.release_hold(&web, &pending).map(|(reason, _)| reason);
         assert_eq!(hold.is_some(), holds, "{hold:?}");
@@ -1041,21 +1076,36 @@ async fn a_reload_also_writes_a_stale_marker_its_causes_did_not_name() {
         json!([{"configMapRef": {"name": "cfg"}}, {"secretRef": {"name": "creds"}}]);
     workload["spec"]["template"]["spec"]["containers"][0]["env"] =
         json!([{"name": "STAKATER_CREDS_SECRET", "value": "s1"}]);
-    let (f, key, pending) = fixture(WorkloadKind::Deployment, "web", &workload, |_| {
-        (200, deployment("8"))
-    });
+    let (creds, creds_hash) = secret("creds", "s2");
+    let (f, key, pending) =
+        fixture(
+            WorkloadKind::Deployment,
+            "web",
+            &workload,
+            move |seen| match seen.method {
+                Method::GET => (200, creds.clone()),
+                _ => (200, deployment("8")),
+            },
+        );
     f.writer.index.update_resource(
         &ResourceKey::new(ResourceKind::Secret, "ns", "creds"),
         ResourceEntry {
-            hash: "s2".into(),
+            hash: creds_hash.as_str().into(),
             flags: Default::default(),
         },
         None,
     );
     assert!(f.writer.reload(&key, &pending).await);
     let server = f.finish().await;
-    assert_eq!(summary(&server), [("PATCH".into(), DEPLOYMENT.into())]);
-    let env = server.requests[0].body["spec"]["template"]["spec"]["containers"][0]["env"].clone();
+    assert_eq!(
+        summary(&server),
+        [
+            ("GET".into(), "/api/v1/namespaces/ns/secrets/creds".into()),
+            ("PATCH".into(), DEPLOYMENT.into())
+        ],
+        "the marker no event named is confirmed by a read first"
+    );
+    let env = server.requests[1].body["spec"]["template"]["spec"]["containers"][0]["env"].clone();
     let value = |name: &str| {
         env.as_array()
             .into_iter()
@@ -1064,7 +1114,11 @@ async fn a_reload_also_writes_a_stale_marker_its_causes_did_not_name() {
             .map(|e| e["value"].clone())
     };
     assert_eq!(value("STAKATER_CFG_CONFIGMAP"), Some(json!("h2")), "{env}");
-    assert_eq!(value("STAKATER_CREDS_SECRET"), Some(json!("s2")), "{env}");
+    assert_eq!(
+        value("STAKATER_CREDS_SECRET"),
+        Some(json!(creds_hash)),
+        "{env}"
+    );
     assert_eq!(server.events.len(), 2, "one Reloaded Event per resource");
 }
 
@@ -1124,4 +1178,146 @@ async fn records_of_jobs_outside_the_scope_are_left_alone() {
             .any(|(m, p)| m == "GET" && p.ends_with("/namespaces/ours/jobs/migrate")),
         "{paths:?}"
     );
+}
+
+/// A replica that takes the Lease while its ConfigMap watch lags (a partition just healed) finds a
+/// marker that the last leader wrote from a newer ConfigMap than its index holds. It reads the
+/// ConfigMap, sees that its index is behind, and writes nothing: rolling the workload back to the
+/// older hash would roll it a second time when the watch catches up. The watch's event then finds
+/// the marker current.
+#[tokio::test]
+async fn a_marker_newer_than_the_index_is_not_rolled_back() {
+    let (older, older_hash) = configmap("v2");
+    let (newer, newer_hash) = configmap("v3");
+    assert_ne!(older_hash, newer_hash);
+    let mut workload = deployment("7");
+    workload["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "STAKATER_CFG_CONFIGMAP", "value": newer_hash}]);
+    let served = newer.clone();
+    let (f, key, mut pending) =
+        fixture(
+            WorkloadKind::Deployment,
+            "web",
+            &workload,
+            move |seen| match seen.method {
+                Method::GET => (200, served.clone()),
+                _ => (200, deployment("8")),
+            },
+        );
+    let cfg_key = ResourceKey::new(ResourceKind::ConfigMap, "ns", "cfg");
+    let indexed = |hash: &str| ResourceEntry {
+        hash: hash.into(),
+        flags: Default::default(),
+    };
+    f.writer
+        .index
+        .update_resource(&cfg_key, indexed(&older_hash), None);
+    // Found by the catch-up: the marker differs from the index, no event named it.
+    pending.events.clear();
+    assert!(!f.writer.reload(&key, &pending).await, "nothing written");
+    assert_eq!(
+        f.metrics
+            .resource_confirmations
+            .get_or_create(&crate::metrics::ResultLabels {
+                result: "behind".into()
+            })
+            .get(),
+        1
+    );
+
+    // The watch catches up: its event finds the marker current, with no read.
+    f.writer
+        .index
+        .update_resource(&cfg_key, indexed(&newer_hash), None);
+    let now = Instant::now();
+    pending.events.insert(cfg(), now);
+    assert!(!f.writer.reload(&key, &pending).await, "nothing written");
+    let server = f.finish().await;
+    assert_eq!(
+        summary(&server),
+        [("GET".into(), "/api/v1/namespaces/ns/configmaps/cfg".into())],
+        "one read, no write"
+    );
+    drop(older);
+}
+
+/// A change is taken on trust only if its watch event came while this replica led: one queued
+/// before (on a follower, whose watch may lag) is confirmed by a read. A confirmation serves the
+/// other workloads using the ConfigMap for a few seconds, then the ConfigMap is read again; a read
+/// that fails fails the attempt (retried), and writes nothing.
+#[tokio::test(start_paused = true)]
+async fn changes_queued_before_leading_are_confirmed_once_for_all_their_workloads() {
+    let (current, current_hash) = configmap("v2");
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fail = failing.clone();
+    let (f, key, mut pending) = fixture(
+        WorkloadKind::Deployment,
+        "web",
+        &deployment("7"),
+        move |seen| match seen.method {
+            Method::GET if fail.load(std::sync::atomic::Ordering::SeqCst) => {
+                (500, status(500, "InternalError", "etcd is down"))
+            }
+            Method::GET => (200, current.clone()),
+            _ => (200, deployment("8")),
+        },
+    );
+    let cfg_key = ResourceKey::new(ResourceKind::ConfigMap, "ns", "cfg");
+    f.writer.index.update_resource(
+        &cfg_key,
+        ResourceEntry {
+            hash: current_hash.as_str().into(),
+            flags: Default::default(),
+        },
+        None,
+    );
+    let other = WorkloadKey {
+        name: "api".into(),
+        ..key.clone()
+    };
+    let mut api = deployment("7");
+    api["metadata"]["name"] = json!("api");
+    f.writer.index.apply_workload(
+        other.clone(),
+        WorkloadEntry::from_stored(&f.writer.plan, &api, WorkloadKind::Deployment),
+    );
+    tokio::time::advance(Duration::from_secs(1)).await;
+    *f.writer.leading_since.lock().unwrap() = Some(Instant::now());
+    assert!(!f.writer.trusted(&cfg(), &pending), "seen before leading");
+
+    assert!(f.writer.reload(&key, &pending).await);
+    assert!(f.writer.reload(&other, &pending).await, "confirmed lately");
+    tokio::time::advance(Duration::from_secs(6)).await;
+    failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        !f.writer.reload(&other, &pending).await,
+        "read again, and failed"
+    );
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    // Seen while leading: trusted, no read.
+    pending.events.insert(cfg(), Instant::now());
+    assert!(f.writer.reload(&other, &pending).await);
+    let metrics = f.metrics.clone();
+    let server = f.finish().await;
+    let requests: Vec<String> = summary(&server)
+        .into_iter()
+        .map(|(method, path)| format!("{method} {}", path.rsplit('/').next().unwrap()))
+        .collect();
+    let gets = requests.iter().filter(|r| *r == "GET cfg").count();
+    assert_eq!(
+        &requests[..3],
+        ["GET cfg", "PATCH web", "PATCH api"],
+        "{requests:?}"
+    );
+    assert!(
+        gets >= 2,
+        "read again once the confirmation expired: {requests:?}"
+    );
+    assert_eq!(requests.last().unwrap(), "PATCH api", "{requests:?}");
+    assert_eq!(
+        requests.iter().filter(|r| r.starts_with("PATCH")).count(),
+        3,
+        "no write after the failed read: {requests:?}"
+    );
+    assert!(metrics.errors_of(crate::metrics::ErrorKind::ResourceRead) >= 1);
 }

@@ -190,6 +190,10 @@ impl Writer {
             if p.changes.is_empty() {
                 continue;
             }
+            let indexed = (event == Event::Update).then_some(hash.as_str());
+            if !self.trusted(r, pending) && !self.confirm(&rk, indexed).await? {
+                continue;
+            }
             planned.working = patch::apply(&planned.working, key.kind, &p.changes)
                 .map_err(|e| WriteError::Render(e.to_string()))?;
             planned.action = p.action;
