@@ -10,6 +10,8 @@ use serde_json::{json, Value};
 pub struct Seen {
     pub method: Method,
     pub path: String,
+    /// The query string (empty when there is none).
+    pub query: String,
     pub content_type: String,
     pub body: Value,
 }
@@ -47,6 +49,7 @@ pub async fn serve_slow_events(
         let seen = Seen {
             method: parts.method,
             path: parts.uri.path().to_string(),
+            query: parts.uri.query().unwrap_or_default().to_string(),
             content_type: parts
                 .headers
                 .get("content-type")

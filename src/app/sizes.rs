@@ -147,7 +147,13 @@ mod tests {
             name: "cfg".into(),
         };
         // A lone trigger is due at once, so the writer can take it below.
-        queue.push(workload, r, tokio::time::Instant::now(), true, Found::Event);
+        queue.push(
+            workload,
+            r,
+            tokio::time::Instant::now(),
+            true,
+            Found::Event(Some(1)),
+        );
         let has = |lines: &[&str]| {
             let text = scrape();
             for line in lines {

@@ -208,8 +208,8 @@ impl Eviction {
     }
 }
 
-/// A resource read to confirm the index's view of it before a marker found by comparison is replaced
-/// (`rekindle_resource_confirmations_total{result}`).
+/// A resource read to confirm the index's view of it before a change the writer may not take on
+/// trust is written (`rekindle_resource_confirmations_total{result}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Confirmation {
     /// The index is current: the marker is written.
@@ -475,7 +475,7 @@ impl Metrics {
             "rekindle_rollouts_failed", "Rollouts counted against --max-rollouts-in-progress that failed, by reason (progress_deadline, degraded, timeout)" => m.rollouts_failed;
             "rekindle_reload_halts", "Changes halted because a rollout rekindle started for them failed (rekindle.io/reload-halted written)" => m.reload_halts;
             "rekindle_pod_evictions", "Pod evictions of pod-restart walks, by result (evicted, disruption_budget: refused by a PodDisruptionBudget, error)" => m.pod_evictions;
-            "rekindle_resource_confirmations", "ConfigMaps and Secrets read before a marker found by comparison (the catch-up, a new workload) was replaced with the index's hash, by result (current: written; behind: this replica's watch had not caught up, the change left to it)" => m.resource_confirmations;
+            "rekindle_resource_confirmations", "ConfigMaps and Secrets read before a change not brought by a watch event newer than this leadership's start (the catch-up, a new workload, a late event) was written, by result (current: written; behind: this replica's watch had not caught up, the change left to it)" => m.resource_confirmations;
             "rekindle_pod_restarts_in_progress", "Workloads whose pods are being restarted by eviction (rekindle.io/restart: pods)" => m.pod_restarts_in_progress;
             "rekindle_consistency_pass_duration_seconds", "Time to compare every indexed workload's markers with the current hashes (the consistency pass, and the catch-up on becoming leader), on the leader" => m.consistency_pass_duration;
             "rekindle_ready", "1 when every watch has synced" => m.ready;

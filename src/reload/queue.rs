@@ -28,9 +28,9 @@ pub struct Pending {
     /// The resources whose changes make the workload owed, each with when its first change still
     /// pending was seen (the latency metric). What changed is read from the index at planning time.
     pub causes: BTreeMap<ResourceRef, Instant>,
-    /// Of the causes, those a watch event brought, with when the latest such event was seen; the
+    /// Of the causes, those a watch event brought, with the newest resourceVersion it brought; the
     /// others were found by comparing a workload's marker with the index (see [`Found`]).
-    pub events: BTreeMap<ResourceRef, Instant>,
+    pub events: BTreeMap<ResourceRef, u64>,
     /// Reloads of these changes that failed every attempt so far (each waits longer before the next).
     pub failures: u32,
     /// Why the reload waits though owed, once the writer has deferred it (its Event is posted once).
@@ -43,8 +43,9 @@ pub struct Pending {
 /// index's hash as it stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Found {
-    /// A watch event of the resource: the index holds at least what it brought.
-    Event,
+    /// A watch event of the resource, with its resourceVersion (as a number, when it is one): the
+    /// index holds at least what it brought.
+    Event(Option<u64>),
     /// The index's hash differed from a workload's marker (the catch-up, a new workload, a pod
     /// group, `--sync-after-restart`). Another replica may have written that marker from a newer
     /// view than this one's watch has caught up with, so the writer reads the resource first.
@@ -269,8 +270,9 @@ impl Queue {
             deferred: None,
             upkeep: Upkeep::default(),
         });
-        if found == Found::Event {
-            entry.events.insert(resource.clone(), observed);
+        if let Found::Event(Some(version)) = found {
+            let newest = entry.events.entry(resource.clone()).or_insert(version);
+            *newest = (*newest).max(version);
         }
         entry.causes.entry(resource).or_insert(observed);
         let mut due = if lone && pushed == Pushed::New && !busy {
@@ -454,9 +456,9 @@ impl Queue {
                             let first_seen = entry.causes.entry(r).or_insert(observed);
                             *first_seen = (*first_seen).min(observed);
                         }
-                        for (r, seen) in back.events {
-                            let latest = entry.events.entry(r).or_insert(seen);
-                            *latest = (*latest).max(seen);
+                        for (r, version) in back.events {
+                            let newest = entry.events.entry(r).or_insert(version);
+                            *newest = (*newest).max(version);
                         }
                     }
                     None => {
@@ -533,7 +535,7 @@ mod tests {
         q.push_upkeep(key("a"), t0 + Duration::from_secs(90), Upkeep::RESUME);
         assert_eq!(q.depth(), 1);
         assert_eq!(q.stalled_for(), Duration::ZERO, "not owed before it is due");
-        q.push(key("a"), r("cm"), t0, true, Found::Event);
+        q.push(key("a"), r("cm"), t0, true, Found::Event(Some(1)));
         let (_, pending) = q.next().await;
         assert_eq!(Instant::now(), t0, "the change is due at once");
         assert!(pending.upkeep.resume, "and carries the resume");
@@ -546,10 +548,35 @@ mod tests {
         assert!(pending.upkeep.resume && pending.causes.is_empty());
     }
 
+    /// A cause keeps the newest resourceVersion a watch event brought for it, through a failed
+    /// reload that comes back; a cause found by comparison alone has none (the writer confirms it).
+    #[tokio::test(start_paused = true)]
+    async fn causes_keep_the_newest_version_their_events_brought() {
+        let q = queue(0, 0, 0);
+        let t = Instant::now();
+        q.push(key("a"), r("one"), t, false, Found::Event(Some(7)));
+        q.push(key("a"), r("one"), t, false, Found::Event(Some(5)));
+        q.push(key("a"), r("two"), t, false, Found::Compared);
+        q.push(key("a"), r("three"), t, false, Found::Event(None));
+        let (k, pending) = q.next().await;
+        assert_eq!(pending.causes.len(), 3);
+        assert_eq!(pending.events, BTreeMap::from([(r("one"), 7)]));
+        q.push(key("a"), r("one"), t, false, Found::Event(Some(9)));
+        q.done(&k, Finished::failed(pending));
+        let (_, pending) = q.next().await;
+        assert_eq!(pending.events, BTreeMap::from([(r("one"), 9)]));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn failed_changes_come_back_after_the_retry_delay() {
         let q = queue(0, 0, 0);
-        q.push(key("a"), r("one"), Instant::now(), true, Found::Event);
+        q.push(
+            key("a"),
+            r("one"),
+            Instant::now(),
+            true,
+            Found::Event(Some(1)),
+        );
         let (k, pending) = q.next().await;
         q.done(&k, Finished::failed(pending));
         assert_eq!(q.depth(), 1, "kept");
@@ -560,7 +587,13 @@ mod tests {
         q.done(&k, Finished::failed(pending));
 
         // A new change while they wait: due at once, carrying the failed one.
-        q.push(key("a"), r("two"), Instant::now(), false, Found::Event);
+        q.push(
+            key("a"),
+            r("two"),
+            Instant::now(),
+            false,
+            Found::Event(Some(1)),
+        );
         let (_, pending) = tokio::time::timeout(Duration::from_secs(1), q.next())
             .await
             .expect("due with the new change");
@@ -574,7 +607,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stall_is_owed_work_with_no_progress() {
         let q = queue(1_000, 5_000, 0);
-        q.push(key("a"), r("cm"), Instant::now(), false, Found::Event);
+        q.push(
+            key("a"),
+            r("cm"),
+            Instant::now(),
+            false,
+            Found::Event(Some(1)),
+        );
         tokio::time::advance(Duration::from_millis(900)).await;
         assert_eq!(q.stalled_for(), Duration::ZERO, "not due yet");
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -606,15 +645,15 @@ mod tests {
         let q = queue(250, 2000, 0);
         let t = Instant::now();
         assert_eq!(
-            q.push(key("a"), r("one"), t, false, Found::Event),
+            q.push(key("a"), r("one"), t, false, Found::Event(Some(1))),
             Pushed::New
         );
         assert_eq!(
-            q.push(key("a"), r("two"), t, false, Found::Event),
+            q.push(key("a"), r("two"), t, false, Found::Event(Some(1))),
             Pushed::Coalesced
         );
         assert_eq!(
-            q.push(key("b"), r("one"), t, false, Found::Event),
+            q.push(key("b"), r("one"), t, false, Found::Event(Some(1))),
             Pushed::New
         );
         assert_eq!(q.adds.get(), 3, "every push counts, coalesced ones too");
@@ -636,22 +675,34 @@ mod tests {
     async fn a_lone_change_is_due_at_once_and_a_burst_behind_it_coalesces() {
         let q = queue(250, 2000, 0);
         let t0 = Instant::now();
-        q.push(key("a"), r("one"), t0, true, Found::Event);
+        q.push(key("a"), r("one"), t0, true, Found::Event(Some(1)));
         let (k, _) = q.next().await;
         assert_eq!(Instant::now(), t0, "no debounce for the only trigger");
         // While the first reload is in flight and just after it, changes wait the window.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        q.push(key("a"), r("one"), Instant::now(), true, Found::Event);
+        q.push(
+            key("a"),
+            r("one"),
+            Instant::now(),
+            true,
+            Found::Event(Some(1)),
+        );
         q.done(&k, Finished::Reloaded);
         tokio::time::sleep(Duration::from_millis(20)).await;
-        q.push(key("a"), r("one"), Instant::now(), true, Found::Event);
+        q.push(
+            key("a"),
+            r("one"),
+            Instant::now(),
+            true,
+            Found::Event(Some(1)),
+        );
         let (_, p) = q.next().await;
         assert_eq!(Instant::now() - t0, Duration::from_millis(40 + 250));
         assert_eq!(p.causes.len(), 1);
         // Once the window after a reload has passed, a lone change is immediate again.
         tokio::time::sleep(Duration::from_millis(1000)).await;
         let t1 = Instant::now();
-        q.push(key("b"), r("one"), t1, true, Found::Event);
+        q.push(key("b"), r("one"), t1, true, Found::Event(Some(1)));
         let _ = q.next().await;
         assert_eq!(Instant::now(), t1);
     }
@@ -666,13 +717,19 @@ mod tests {
                 .last_reload
                 .insert(key(&format!("other-{i}")), Instant::now());
         }
-        q.push(key("a"), r("one"), Instant::now(), true, Found::Event);
+        q.push(
+            key("a"),
+            r("one"),
+            Instant::now(),
+            true,
+            Found::Event(Some(1)),
+        );
         let (k, _) = q.next().await;
         q.done(&k, Finished::Reloaded);
         assert!(q.lock().last_reload.len() <= 10_001);
         tokio::time::sleep(Duration::from_millis(20)).await;
         let t1 = Instant::now();
-        q.push(key("a"), r("one"), t1, true, Found::Event);
+        q.push(key("a"), r("one"), t1, true, Found::Event(Some(1)));
         let _ = q.next().await;
         assert_eq!(Instant::now() - t1, Duration::from_millis(250));
     }
@@ -682,13 +739,25 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_deferred_reload_keeps_its_mark_through_new_changes() {
         let q = queue(0, 0, 0);
-        q.push(key("a"), r("one"), Instant::now(), true, Found::Event);
+        q.push(
+            key("a"),
+            r("one"),
+            Instant::now(),
+            true,
+            Found::Event(Some(1)),
+        );
         let (k, mut pending) = q.next().await;
         pending.deferred = Some(Deferred::Window);
         let after = Duration::from_secs(3600);
         q.done(&k, Finished::RequeueAfter { pending, after });
         assert_eq!(q.deferred(Deferred::Window), 1);
-        q.push(key("a"), r("two"), Instant::now(), false, Found::Event);
+        q.push(
+            key("a"),
+            r("two"),
+            Instant::now(),
+            false,
+            Found::Event(Some(1)),
+        );
         let (_, pending) = tokio::time::timeout(Duration::from_secs(1), q.next())
             .await
             .expect("due with the new change");
@@ -702,11 +771,23 @@ mod tests {
     async fn workloads_are_taken_in_the_order_they_are_due() {
         let q = queue(250, 2000, 0);
         let t0 = Instant::now();
-        q.push(key("a"), r("one"), t0, false, Found::Event);
+        q.push(key("a"), r("one"), t0, false, Found::Event(Some(1)));
         tokio::time::sleep(Duration::from_millis(100)).await;
-        q.push(key("b"), r("one"), Instant::now(), false, Found::Event);
+        q.push(
+            key("b"),
+            r("one"),
+            Instant::now(),
+            false,
+            Found::Event(Some(1)),
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
-        q.push(key("a"), r("two"), Instant::now(), false, Found::Event);
+        q.push(
+            key("a"),
+            r("two"),
+            Instant::now(),
+            false,
+            Found::Event(Some(1)),
+        );
         let (first, _) = q.next().await;
         assert_eq!(first, key("b"));
         assert_eq!(Instant::now() - t0, Duration::from_millis(350));
@@ -721,9 +802,15 @@ mod tests {
     async fn changes_of_several_resources_200ms_apart_are_one_reload() {
         let q = queue(250, 2000, 0);
         let t0 = Instant::now();
-        q.push(key("a"), r("cm"), t0, false, Found::Event);
+        q.push(key("a"), r("cm"), t0, false, Found::Event(Some(1)));
         tokio::time::sleep(Duration::from_millis(200)).await;
-        q.push(key("a"), r("secret"), Instant::now(), false, Found::Event);
+        q.push(
+            key("a"),
+            r("secret"),
+            Instant::now(),
+            false,
+            Found::Event(Some(1)),
+        );
         let (_, p) = q.next().await;
         assert_eq!(Instant::now() - t0, Duration::from_millis(450));
         assert_eq!(p.causes.len(), 2);
@@ -738,7 +825,13 @@ mod tests {
             let q = q.clone();
             tokio::spawn(async move {
                 for _ in 0..20 {
-                    q.push(key("a"), r("one"), Instant::now(), false, Found::Event);
+                    q.push(
+                        key("a"),
+                        r("one"),
+                        Instant::now(),
+                        false,
+                        Found::Event(Some(1)),
+                    );
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             })
@@ -755,16 +848,34 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn in_flight_workloads_wait_and_cooldown_delays() {
         let q = queue(0, 0, 1000);
-        q.push(key("a"), r("one"), Instant::now(), false, Found::Event);
+        q.push(
+            key("a"),
+            r("one"),
+            Instant::now(),
+            false,
+            Found::Event(Some(1)),
+        );
         let (k, _) = q.next().await;
-        q.push(key("a"), r("one"), Instant::now(), false, Found::Event);
+        q.push(
+            key("a"),
+            r("one"),
+            Instant::now(),
+            false,
+            Found::Event(Some(1)),
+        );
         // Still in flight: not handed out again until done.
         assert!(tokio::time::timeout(Duration::from_millis(50), q.next())
             .await
             .is_err());
         let t = Instant::now();
         q.done(&k, Finished::Reloaded);
-        q.push(key("a"), r("two"), Instant::now(), false, Found::Event);
+        q.push(
+            key("a"),
+            r("two"),
+            Instant::now(),
+            false,
+            Found::Event(Some(1)),
+        );
         let (_, p) = q.next().await;
         assert!(
             Instant::now() - t >= Duration::from_millis(1000),

@@ -168,7 +168,10 @@ mod tests {
             key(WorkloadKind::Deployment, "off", "web"),
         ];
         let t0 = Instant::now();
-        assert_eq!(triggers.push(&candidates, &cm("a"), t0, Found::Event), 2);
+        assert_eq!(
+            triggers.push(&candidates, &cm("a"), t0, Found::Event(Some(1))),
+            2
+        );
         assert_eq!(queue.depth(), 2);
         let (first, pending) = queue.next().await;
         assert_eq!((first, Instant::now()), (lone, t0), "due at once");

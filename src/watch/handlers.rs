@@ -56,14 +56,20 @@ fn last_write(meta: &ObjectMeta) -> i64 {
         .unwrap_or_else(|| jiff::Timestamp::now().as_second())
 }
 
+/// The resourceVersion of an object as a number: versions of one resource compare as integers
+/// (Kubernetes' comparable resource versions); `None` if it is not one.
+fn version(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
+}
+
 /// Records a resource's hash; `written_at` is `Some` (the time of the write) when a change may
-/// trigger reloads, `None` during the first list.
+/// trigger reloads, `None` during the first list; `version` is the object's resourceVersion.
 fn upsert(
     ctx: &Ctx,
     key: ResourceKey,
     (hash, digests): (String, Option<KeyDigests>),
     flags: ResourceFlags,
-    written_at: Option<i64>,
+    (written_at, version): (Option<i64>, Option<u64>),
     watched: Watched,
 ) {
     let observed = Instant::now();
@@ -112,6 +118,7 @@ fn upsert(
             hash: &hash,
             flags,
             observed,
+            version,
         },
     );
     ctx.metrics.processed(event_type, watched, result);
@@ -135,6 +142,8 @@ fn remove(ctx: &Ctx, key: &ResourceKey, watched: Watched) {
             hash: &hash,
             flags: update.previous.map(|p| p.flags).unwrap_or_default(),
             observed,
+            // A deletion (from a re-list, too) carries no version to trust: it is confirmed.
+            version: None,
         },
     );
     ctx.metrics
@@ -202,7 +211,7 @@ where
             key,
             hashed,
             flags_of(&ctx.plan, &obj),
-            written_at,
+            (written_at, version(obj.meta())),
             Watched::Resources(self.kind),
         );
     }
@@ -475,7 +484,7 @@ impl Handler<DynamicObject> for PodStatuses {
             key,
             (hash, None),
             flags,
-            live.then(|| last_write(obj.meta())),
+            (live.then(|| last_write(obj.meta())), version(obj.meta())),
             Watched::ClassPodStatuses,
         );
     }

@@ -178,6 +178,8 @@ struct Changed<'a> {
     hash: &'a str,
     flags: ResourceFlags,
     observed: Instant,
+    /// The object's resourceVersion, as a number.
+    version: Option<u64>,
 }
 
 pub struct Ctx {
@@ -244,7 +246,12 @@ impl Ctx {
                     kind: change.key.kind,
                     name: change.key.name.clone(),
                 };
-                triggers.push(dependents, &resource, change.observed, Found::Event);
+                triggers.push(
+                    dependents,
+                    &resource,
+                    change.observed,
+                    Found::Event(change.version),
+                );
                 Processed::Queued
             }
         }

@@ -1,15 +1,19 @@
 //! Whether a marker may be replaced with the index's hash as it stands.
 //!
-//! A change a watch event brought while this replica led is taken on trust: the index holds at least
-//! what the event brought (1 PATCH, no read, per change). A change found by comparing a workload's
-//! marker with the index is not: the marker may have been written by a replica, or stamped by a
-//! webhook, whose view was newer than this replica's watches (a replica that takes the Lease just
-//! after a partition heals sees the workloads before the ConfigMaps that changed meanwhile). Writing
-//! the index's hash then would roll the workload back, and forward again when the watch catches up.
-//! So the resource is read first, and the marker replaced only if the index is current; otherwise the
-//! change is left to the watch, whose event brings it. A confirmation is reused for a few seconds
-//! while the index still holds the hash confirmed, so that a catch-up of many workloads sharing one
-//! ConfigMap reads it once, not once per workload.
+//! A marker may have been written by another replica, or stamped by a webhook, from a newer view than
+//! this replica's watches hold: a replica that takes the Lease just after a partition heals sees the
+//! workloads before the ConfigMaps that changed meanwhile, and its watch may still deliver changes the
+//! last leader already wrote. Writing the index's hash then would roll the workload back, and forward
+//! again when the watch catches up.
+//!
+//! So a change is taken on trust only when a watch event brought it with a resourceVersion newer
+//! than the resource's horizon: the collection's resourceVersion read (a LIST of one item) when this
+//! replica began to lead. Nothing another leader wrote can be newer than that, so such a change is
+//! written with no read: 1 PATCH per change. Any other change (found by comparing a marker with
+//! the index, or an event from before the horizon) is confirmed first: the resource is read, and the
+//! marker replaced only if the index holds what was read; otherwise the change is left to the watch,
+//! whose event brings it. A confirmation is reused for a few seconds while the index still holds the
+//! hash confirmed, so that a catch-up of many workloads sharing one ConfigMap reads it once.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -17,10 +21,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::ListParams;
+use kube::Api;
+
 use super::Writer;
 use crate::core::refs::ResourceRef;
 use crate::core::ResourceKind;
-use crate::index::ResourceKey;
+use crate::index::{ResourceKey, WorkloadKey};
 use crate::metrics::{Confirmation, ErrorKind};
 use crate::reload::error::WriteError;
 use crate::reload::queue::Pending;
@@ -64,13 +72,60 @@ impl Confirmed {
 
 impl Writer {
     /// Whether `r`'s change may be written from the index without reading the resource: a watch event
-    /// of it arrived while this replica led.
-    pub(super) fn trusted(&self, r: &ResourceRef, pending: &Pending) -> bool {
-        let since = self.leading_since();
-        pending
-            .events
-            .get(r)
-            .is_some_and(|seen| since.is_none_or(|since| *seen >= since))
+    /// brought it, newer than the horizon of its kind.
+    pub(super) async fn trusted(
+        &self,
+        key: &WorkloadKey,
+        r: &ResourceRef,
+        pending: &Pending,
+    ) -> bool {
+        let Some(version) = pending.events.get(r) else {
+            return false;
+        };
+        self.horizon(&key.namespace, r.kind)
+            .await
+            .is_some_and(|horizon| *version > horizon)
+    }
+
+    /// The resourceVersion of `kind`'s collection when this replica began to lead, read in
+    /// `namespace` (where this replica watches it) the first time it is needed; `None` if it
+    /// cannot be read (the changes are then confirmed, and it is read again next time).
+    async fn horizon(&self, namespace: &str, kind: ResourceKind) -> Option<u64> {
+        let mut horizons = self.horizons.lock().await;
+        if let Some(horizon) = horizons.get(&kind) {
+            return Some(*horizon);
+        }
+        let params = ListParams::default().limit(1);
+        let client = self.client.clone();
+        let listed = match kind {
+            ResourceKind::ConfigMap => Api::<ConfigMap>::namespaced(client, namespace)
+                .list_metadata(&params)
+                .await
+                .map(|l| l.metadata.resource_version),
+            ResourceKind::Secret => Api::<Secret>::namespaced(client, namespace)
+                .list_metadata(&params)
+                .await
+                .map(|l| l.metadata.resource_version),
+            ResourceKind::SecretProviderClass => return None,
+        };
+        match listed {
+            Ok(Some(version)) => {
+                let horizon = version.parse().ok()?;
+                horizons.insert(kind, horizon);
+                Some(horizon)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                self.metrics.error(ErrorKind::ResourceRead);
+                tracing::warn!(?kind, error = %e, "could not read the resourceVersion changes are trusted after; confirming them by reads");
+                None
+            }
+        }
+    }
+
+    /// This replica begins to lead: every horizon is read again.
+    pub(super) async fn forget_horizons(&self) {
+        self.horizons.lock().await.clear();
     }
 
     /// Whether the resource is as the index holds it: `hash`, or gone when `None`. Read from the

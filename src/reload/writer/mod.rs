@@ -13,9 +13,10 @@
 //! CRD kinds (Rollouts, DeploymentConfigs) have no strategic merge, and a Deployment being paused changes
 //! fields a merge cannot guard: those are read and get a JSON patch guarded by the resourceVersion (a
 //! `test` op), re-read and retried on conflict (422 from the failed test, or 409). Jobs and CronJobs
-//! creating a Job are read too (the Job is made from the whole template). A change found by comparing
-//! a marker with the index, not brought by a watch event while leading, is confirmed by reading its
-//! ConfigMap or Secret first (`confirm.rs`). No LIST is made for a reload;
+//! creating a Job are read too (the Job is made from the whole template). A change not brought by a
+//! watch event newer than this leadership's start (found by comparing a marker with the index, or
+//! delivered late) is confirmed by reading its ConfigMap or Secret first (`confirm.rs`). No LIST of
+//! workloads is made for a reload;
 //! a pod-restart walk lists the workload's own pods (by its selector) at each step.
 //!
 //! Here: the queue loop and `reconcile` (what a due workload owes, attempts, failures); `release.rs`
@@ -51,7 +52,7 @@ use crate::core::plan::{Action, PlanConfig};
 use crate::core::refs::ResourceRef;
 use crate::core::release::HaltedChange;
 use crate::core::window::Windows;
-use crate::core::WorkloadKind;
+use crate::core::{ResourceKind, WorkloadKind};
 use crate::index::{Index, WorkloadKey};
 use crate::metrics::{ErrorKind, Metrics, ReasonLabels, Skip};
 use crate::outbound::alert::Alerter;
@@ -154,6 +155,9 @@ pub struct Writer {
     /// Resources read lately to confirm the index's view of them (`confirm.rs`): what they were
     /// (`None`: gone), and when.
     confirmed: confirm::Confirmed,
+    /// Per kind of resource, the resourceVersion after which a watch event is taken on trust
+    /// (`confirm.rs`); read once per leadership.
+    horizons: tokio::sync::Mutex<HashMap<ResourceKind, u64>>,
 }
 
 const FIELD_MANAGER: &str = "rekindle";
@@ -232,6 +236,7 @@ impl Writer {
             walks: Mutex::default(),
             leading_since: Mutex::default(),
             confirmed: Default::default(),
+            horizons: Default::default(),
         }
     }
 
@@ -255,6 +260,7 @@ impl Writer {
                 leading = true;
                 *self.leading_since.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some(tokio::time::Instant::now());
+                self.forget_horizons().await;
                 // Before any reload, so that none of them races a record being finished.
                 self.finish_recreates().await;
             }

@@ -94,6 +94,9 @@ fn configmap(value: &str) -> (Value, String) {
     (object, hash)
 }
 
+/// The resourceVersion of ConfigMaps and Secrets when the fixture's writer began to lead.
+const HORIZON: u64 = 10;
+
 fn cfg() -> ResourceRef {
     ResourceRef {
         kind: ResourceKind::ConfigMap,
@@ -176,6 +179,11 @@ fn fixture_served(
         reporter,
         leadership,
     )));
+    // This replica began to lead at resourceVersion 10 of both kinds.
+    writer.horizons.try_lock().unwrap().extend([
+        (ResourceKind::ConfigMap, HORIZON),
+        (ResourceKind::Secret, HORIZON),
+    ]);
     let now = Instant::now();
     let pending = Pending {
         failures: 0,
@@ -184,8 +192,9 @@ fn fixture_served(
         first: now,
         due: now,
         causes: BTreeMap::from([(cfg(), now)]),
-        // Seen by the watch: written from the index without reading the ConfigMap.
-        events: BTreeMap::from([(cfg(), now)]),
+        // Brought by a watch event after this replica began to lead: written from the index
+        // without reading the ConfigMap.
+        events: BTreeMap::from([(cfg(), HORIZON + 1)]),
     };
     let server = tokio::spawn(serve_slow_events(handle, answer, event_delay));
     (
@@ -1229,8 +1238,7 @@ async fn a_marker_newer_than_the_index_is_not_rolled_back() {
     f.writer
         .index
         .update_resource(&cfg_key, indexed(&newer_hash), None);
-    let now = Instant::now();
-    pending.events.insert(cfg(), now);
+    pending.events.insert(cfg(), HORIZON + 2);
     assert!(!f.writer.reload(&key, &pending).await, "nothing written");
     let server = f.finish().await;
     assert_eq!(
@@ -1241,15 +1249,18 @@ async fn a_marker_newer_than_the_index_is_not_rolled_back() {
     drop(older);
 }
 
-/// A change is taken on trust only if its watch event came while this replica led: one queued
-/// before (on a follower, whose watch may lag) is confirmed by a read. A confirmation serves the
-/// other workloads using the ConfigMap for a few seconds, then the ConfigMap is read again; a read
-/// that fails fails the attempt (retried), and writes nothing.
+/// A change is taken on trust only if its watch event is newer than the resourceVersion of its
+/// kind when this replica began to lead, read once (a LIST of one item) when first needed: an
+/// older event (queued on a follower, or delivered late by a lagging watch) is confirmed by a read.
+/// A confirmation serves the other workloads using the ConfigMap for a few seconds, then the
+/// ConfigMap is read again; a read that fails fails the attempt (retried), and writes nothing.
 #[tokio::test(start_paused = true)]
-async fn changes_queued_before_leading_are_confirmed_once_for_all_their_workloads() {
+async fn only_events_newer_than_the_leaders_horizon_are_trusted() {
     let (current, current_hash) = configmap("v2");
     let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let fail = failing.clone();
+    let list = json!({"apiVersion": "v1", "kind": "ConfigMapList",
+        "metadata": {"resourceVersion": "20"}, "items": []});
     let (f, key, mut pending) = fixture(
         WorkloadKind::Deployment,
         "web",
@@ -1258,13 +1269,15 @@ async fn changes_queued_before_leading_are_confirmed_once_for_all_their_workload
             Method::GET if fail.load(std::sync::atomic::Ordering::SeqCst) => {
                 (500, status(500, "InternalError", "etcd is down"))
             }
+            Method::GET if seen.path.ends_with("/configmaps") => (200, list.clone()),
             Method::GET => (200, current.clone()),
             _ => (200, deployment("8")),
         },
     );
-    let cfg_key = ResourceKey::new(ResourceKind::ConfigMap, "ns", "cfg");
+    // Leading begins: the horizon is read again.
+    f.writer.forget_horizons().await;
     f.writer.index.update_resource(
-        &cfg_key,
+        &ResourceKey::new(ResourceKind::ConfigMap, "ns", "cfg"),
         ResourceEntry {
             hash: current_hash.as_str().into(),
             flags: Default::default(),
@@ -1281,10 +1294,8 @@ async fn changes_queued_before_leading_are_confirmed_once_for_all_their_workload
         other.clone(),
         WorkloadEntry::from_stored(&f.writer.plan, &api, WorkloadKind::Deployment),
     );
-    tokio::time::advance(Duration::from_secs(1)).await;
-    *f.writer.leading_since.lock().unwrap() = Some(Instant::now());
-    assert!(!f.writer.trusted(&cfg(), &pending), "seen before leading");
-
+    // An event older than the horizon.
+    pending.events.insert(cfg(), 19);
     assert!(f.writer.reload(&key, &pending).await);
     assert!(f.writer.reload(&other, &pending).await, "confirmed lately");
     tokio::time::advance(Duration::from_secs(6)).await;
@@ -1294,8 +1305,8 @@ async fn changes_queued_before_leading_are_confirmed_once_for_all_their_workload
         "read again, and failed"
     );
     failing.store(false, std::sync::atomic::Ordering::SeqCst);
-    // Seen while leading: trusted, no read.
-    pending.events.insert(cfg(), Instant::now());
+    // Newer than the horizon: trusted, no read.
+    pending.events.insert(cfg(), 21);
     assert!(f.writer.reload(&other, &pending).await);
     let metrics = f.metrics.clone();
     let server = f.finish().await;
@@ -1303,21 +1314,30 @@ async fn changes_queued_before_leading_are_confirmed_once_for_all_their_workload
         .into_iter()
         .map(|(method, path)| format!("{method} {}", path.rsplit('/').next().unwrap()))
         .collect();
-    let gets = requests.iter().filter(|r| *r == "GET cfg").count();
     assert_eq!(
-        &requests[..3],
-        ["GET cfg", "PATCH web", "PATCH api"],
+        &requests[..4],
+        ["GET configmaps", "GET cfg", "PATCH web", "PATCH api"],
         "{requests:?}"
     );
     assert!(
-        gets >= 2,
+        server.requests[0].query.contains("limit=1"),
+        "the horizon is a list of one item: {}",
+        server.requests[0].query
+    );
+    assert_eq!(
+        requests.iter().filter(|r| *r == "GET configmaps").count(),
+        1,
+        "the horizon is read once: {requests:?}"
+    );
+    assert!(
+        requests.iter().filter(|r| *r == "GET cfg").count() >= 2,
         "read again once the confirmation expired: {requests:?}"
     );
-    assert_eq!(requests.last().unwrap(), "PATCH api", "{requests:?}");
     assert_eq!(
         requests.iter().filter(|r| r.starts_with("PATCH")).count(),
         3,
         "no write after the failed read: {requests:?}"
     );
+    assert_eq!(requests.last().unwrap(), "PATCH api", "{requests:?}");
     assert!(metrics.errors_of(crate::metrics::ErrorKind::ResourceRead) >= 1);
 }

@@ -191,7 +191,7 @@ impl Writer {
                 continue;
             }
             let indexed = (event == Event::Update).then_some(hash.as_str());
-            if !self.trusted(r, pending) && !self.confirm(&rk, indexed).await? {
+            if !self.trusted(key, r, pending).await && !self.confirm(&rk, indexed).await? {
                 continue;
             }
             planned.working = patch::apply(&planned.working, key.kind, &p.changes)
