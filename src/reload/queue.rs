@@ -507,6 +507,17 @@ mod tests {
         }
     }
 
+    /// A change of `resource` a watch event brought, queued for workload `workload`.
+    fn push(q: &Queue, workload: &str, resource: &str, observed: Instant, lone: bool) -> Pushed {
+        q.push(
+            key(workload),
+            r(resource),
+            observed,
+            lone,
+            Found::Event(Some(1)),
+        )
+    }
+
     fn queue(debounce_ms: u64, max_ms: u64, min_ms: u64) -> Queue {
         Queue::new(QueueConfig {
             debounce: Duration::from_millis(debounce_ms),
@@ -535,7 +546,7 @@ mod tests {
         q.push_upkeep(key("a"), t0 + Duration::from_secs(90), Upkeep::RESUME);
         assert_eq!(q.depth(), 1);
         assert_eq!(q.stalled_for(), Duration::ZERO, "not owed before it is due");
-        q.push(key("a"), r("cm"), t0, true, Found::Event(Some(1)));
+        push(&q, "a", "cm", t0, true);
         let (_, pending) = q.next().await;
         assert_eq!(Instant::now(), t0, "the change is due at once");
         assert!(pending.upkeep.resume, "and carries the resume");
@@ -570,13 +581,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn failed_changes_come_back_after_the_retry_delay() {
         let q = queue(0, 0, 0);
-        q.push(
-            key("a"),
-            r("one"),
-            Instant::now(),
-            true,
-            Found::Event(Some(1)),
-        );
+        push(&q, "a", "one", Instant::now(), true);
         let (k, pending) = q.next().await;
         q.done(&k, Finished::failed(pending));
         assert_eq!(q.depth(), 1, "kept");
@@ -587,13 +592,7 @@ mod tests {
         q.done(&k, Finished::failed(pending));
 
         // A new change while they wait: due at once, carrying the failed one.
-        q.push(
-            key("a"),
-            r("two"),
-            Instant::now(),
-            false,
-            Found::Event(Some(1)),
-        );
+        push(&q, "a", "two", Instant::now(), false);
         let (_, pending) = tokio::time::timeout(Duration::from_secs(1), q.next())
             .await
             .expect("due with the new change");
@@ -607,13 +606,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stall_is_owed_work_with_no_progress() {
         let q = queue(1_000, 5_000, 0);
-        q.push(
-            key("a"),
-            r("cm"),
-            Instant::now(),
-            false,
-            Found::Event(Some(1)),
-        );
+        push(&q, "a", "cm", Instant::now(), false);
         tokio::time::advance(Duration::from_millis(900)).await;
         assert_eq!(q.stalled_for(), Duration::ZERO, "not due yet");
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -644,18 +637,9 @@ mod tests {
     async fn changes_to_one_workload_coalesce() {
         let q = queue(250, 2000, 0);
         let t = Instant::now();
-        assert_eq!(
-            q.push(key("a"), r("one"), t, false, Found::Event(Some(1))),
-            Pushed::New
-        );
-        assert_eq!(
-            q.push(key("a"), r("two"), t, false, Found::Event(Some(1))),
-            Pushed::Coalesced
-        );
-        assert_eq!(
-            q.push(key("b"), r("one"), t, false, Found::Event(Some(1))),
-            Pushed::New
-        );
+        assert_eq!(push(&q, "a", "one", t, false), Pushed::New);
+        assert_eq!(push(&q, "a", "two", t, false), Pushed::Coalesced);
+        assert_eq!(push(&q, "b", "one", t, false), Pushed::New);
         assert_eq!(q.adds.get(), 3, "every push counts, coalesced ones too");
         let (k, p) = q.next().await;
         assert!(
@@ -675,34 +659,22 @@ mod tests {
     async fn a_lone_change_is_due_at_once_and_a_burst_behind_it_coalesces() {
         let q = queue(250, 2000, 0);
         let t0 = Instant::now();
-        q.push(key("a"), r("one"), t0, true, Found::Event(Some(1)));
+        push(&q, "a", "one", t0, true);
         let (k, _) = q.next().await;
         assert_eq!(Instant::now(), t0, "no debounce for the only trigger");
         // While the first reload is in flight and just after it, changes wait the window.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        q.push(
-            key("a"),
-            r("one"),
-            Instant::now(),
-            true,
-            Found::Event(Some(1)),
-        );
+        push(&q, "a", "one", Instant::now(), true);
         q.done(&k, Finished::Reloaded);
         tokio::time::sleep(Duration::from_millis(20)).await;
-        q.push(
-            key("a"),
-            r("one"),
-            Instant::now(),
-            true,
-            Found::Event(Some(1)),
-        );
+        push(&q, "a", "one", Instant::now(), true);
         let (_, p) = q.next().await;
         assert_eq!(Instant::now() - t0, Duration::from_millis(40 + 250));
         assert_eq!(p.causes.len(), 1);
         // Once the window after a reload has passed, a lone change is immediate again.
         tokio::time::sleep(Duration::from_millis(1000)).await;
         let t1 = Instant::now();
-        q.push(key("b"), r("one"), t1, true, Found::Event(Some(1)));
+        push(&q, "b", "one", t1, true);
         let _ = q.next().await;
         assert_eq!(Instant::now(), t1);
     }
@@ -717,19 +689,13 @@ mod tests {
                 .last_reload
                 .insert(key(&format!("other-{i}")), Instant::now());
         }
-        q.push(
-            key("a"),
-            r("one"),
-            Instant::now(),
-            true,
-            Found::Event(Some(1)),
-        );
+        push(&q, "a", "one", Instant::now(), true);
         let (k, _) = q.next().await;
         q.done(&k, Finished::Reloaded);
         assert!(q.lock().last_reload.len() <= 10_001);
         tokio::time::sleep(Duration::from_millis(20)).await;
         let t1 = Instant::now();
-        q.push(key("a"), r("one"), t1, true, Found::Event(Some(1)));
+        push(&q, "a", "one", t1, true);
         let _ = q.next().await;
         assert_eq!(Instant::now() - t1, Duration::from_millis(250));
     }
@@ -739,25 +705,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_deferred_reload_keeps_its_mark_through_new_changes() {
         let q = queue(0, 0, 0);
-        q.push(
-            key("a"),
-            r("one"),
-            Instant::now(),
-            true,
-            Found::Event(Some(1)),
-        );
+        push(&q, "a", "one", Instant::now(), true);
         let (k, mut pending) = q.next().await;
         pending.deferred = Some(Deferred::Window);
         let after = Duration::from_secs(3600);
         q.done(&k, Finished::RequeueAfter { pending, after });
         assert_eq!(q.deferred(Deferred::Window), 1);
-        q.push(
-            key("a"),
-            r("two"),
-            Instant::now(),
-            false,
-            Found::Event(Some(1)),
-        );
+        push(&q, "a", "two", Instant::now(), false);
         let (_, pending) = tokio::time::timeout(Duration::from_secs(1), q.next())
             .await
             .expect("due with the new change");
@@ -771,23 +725,11 @@ mod tests {
     async fn workloads_are_taken_in_the_order_they_are_due() {
         let q = queue(250, 2000, 0);
         let t0 = Instant::now();
-        q.push(key("a"), r("one"), t0, false, Found::Event(Some(1)));
+        push(&q, "a", "one", t0, false);
         tokio::time::sleep(Duration::from_millis(100)).await;
-        q.push(
-            key("b"),
-            r("one"),
-            Instant::now(),
-            false,
-            Found::Event(Some(1)),
-        );
+        push(&q, "b", "one", Instant::now(), false);
         tokio::time::sleep(Duration::from_millis(100)).await;
-        q.push(
-            key("a"),
-            r("two"),
-            Instant::now(),
-            false,
-            Found::Event(Some(1)),
-        );
+        push(&q, "a", "two", Instant::now(), false);
         let (first, _) = q.next().await;
         assert_eq!(first, key("b"));
         assert_eq!(Instant::now() - t0, Duration::from_millis(350));
@@ -802,15 +744,9 @@ mod tests {
     async fn changes_of_several_resources_200ms_apart_are_one_reload() {
         let q = queue(250, 2000, 0);
         let t0 = Instant::now();
-        q.push(key("a"), r("cm"), t0, false, Found::Event(Some(1)));
+        push(&q, "a", "cm", t0, false);
         tokio::time::sleep(Duration::from_millis(200)).await;
-        q.push(
-            key("a"),
-            r("secret"),
-            Instant::now(),
-            false,
-            Found::Event(Some(1)),
-        );
+        push(&q, "a", "secret", Instant::now(), false);
         let (_, p) = q.next().await;
         assert_eq!(Instant::now() - t0, Duration::from_millis(450));
         assert_eq!(p.causes.len(), 2);
@@ -825,13 +761,7 @@ mod tests {
             let q = q.clone();
             tokio::spawn(async move {
                 for _ in 0..20 {
-                    q.push(
-                        key("a"),
-                        r("one"),
-                        Instant::now(),
-                        false,
-                        Found::Event(Some(1)),
-                    );
+                    push(&q, "a", "one", Instant::now(), false);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             })
@@ -848,34 +778,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn in_flight_workloads_wait_and_cooldown_delays() {
         let q = queue(0, 0, 1000);
-        q.push(
-            key("a"),
-            r("one"),
-            Instant::now(),
-            false,
-            Found::Event(Some(1)),
-        );
+        push(&q, "a", "one", Instant::now(), false);
         let (k, _) = q.next().await;
-        q.push(
-            key("a"),
-            r("one"),
-            Instant::now(),
-            false,
-            Found::Event(Some(1)),
-        );
+        push(&q, "a", "one", Instant::now(), false);
         // Still in flight: not handed out again until done.
         assert!(tokio::time::timeout(Duration::from_millis(50), q.next())
             .await
             .is_err());
         let t = Instant::now();
         q.done(&k, Finished::Reloaded);
-        q.push(
-            key("a"),
-            r("two"),
-            Instant::now(),
-            false,
-            Found::Event(Some(1)),
-        );
+        push(&q, "a", "two", Instant::now(), false);
         let (_, p) = q.next().await;
         assert!(
             Instant::now() - t >= Duration::from_millis(1000),

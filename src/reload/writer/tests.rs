@@ -57,6 +57,14 @@ fn cronjob() -> Value {
     })
 }
 
+/// An apiserver whose every GET answers `object` and every other request the written web.
+fn reads_then_patches(object: Value) -> impl FnMut(&Seen) -> (u16, Value) + Send + 'static {
+    move |seen| match seen.method {
+        Method::GET => (200, object.clone()),
+        _ => (200, deployment("8")),
+    }
+}
+
 /// A Secret with one value, and its hash (Reloader's).
 fn secret(name: &str, value: &str) -> (Value, String) {
     let typed = k8s_openapi::api::core::v1::Secret {
@@ -1086,16 +1094,12 @@ async fn a_reload_also_writes_a_stale_marker_its_causes_did_not_name() {
     workload["spec"]["template"]["spec"]["containers"][0]["env"] =
         json!([{"name": "STAKATER_CREDS_SECRET", "value": "s1"}]);
     let (creds, creds_hash) = secret("creds", "s2");
-    let (f, key, pending) =
-        fixture(
-            WorkloadKind::Deployment,
-            "web",
-            &workload,
-            move |seen| match seen.method {
-                Method::GET => (200, creds.clone()),
-                _ => (200, deployment("8")),
-            },
-        );
+    let (f, key, pending) = fixture(
+        WorkloadKind::Deployment,
+        "web",
+        &workload,
+        reads_then_patches(creds),
+    );
     f.writer.index.update_resource(
         &ResourceKey::new(ResourceKind::Secret, "ns", "creds"),
         ResourceEntry {
@@ -1202,17 +1206,12 @@ async fn a_marker_newer_than_the_index_is_not_rolled_back() {
     let mut workload = deployment("7");
     workload["spec"]["template"]["spec"]["containers"][0]["env"] =
         json!([{"name": "STAKATER_CFG_CONFIGMAP", "value": newer_hash}]);
-    let served = newer.clone();
-    let (f, key, mut pending) =
-        fixture(
-            WorkloadKind::Deployment,
-            "web",
-            &workload,
-            move |seen| match seen.method {
-                Method::GET => (200, served.clone()),
-                _ => (200, deployment("8")),
-            },
-        );
+    let (f, key, mut pending) = fixture(
+        WorkloadKind::Deployment,
+        "web",
+        &workload,
+        reads_then_patches(newer),
+    );
     let cfg_key = ResourceKey::new(ResourceKind::ConfigMap, "ns", "cfg");
     let indexed = |hash: &str| ResourceEntry {
         hash: hash.into(),
