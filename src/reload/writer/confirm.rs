@@ -36,6 +36,9 @@ use crate::watch::digests;
 
 /// How long a confirmed hash is reused while the index still holds it.
 const CONFIRMED_FOR: Duration = Duration::from_secs(5);
+/// How long a read of a resource, or of its kind's resourceVersion, may take: the writer's other
+/// reloads wait for the horizon's.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Size of the cache at which expired confirmations are dropped.
 const CONFIRMED_PRUNE_AT: usize = 1024;
 
@@ -97,30 +100,31 @@ impl Writer {
         }
         let params = ListParams::default().limit(1);
         let client = self.client.clone();
-        let listed = match kind {
-            ResourceKind::ConfigMap => Api::<ConfigMap>::namespaced(client, namespace)
-                .list_metadata(&params)
-                .await
-                .map(|l| l.metadata.resource_version),
-            ResourceKind::Secret => Api::<Secret>::namespaced(client, namespace)
-                .list_metadata(&params)
-                .await
-                .map(|l| l.metadata.resource_version),
-            ResourceKind::SecretProviderClass => return None,
+        let list = async {
+            match kind {
+                ResourceKind::ConfigMap => Api::<ConfigMap>::namespaced(client, namespace)
+                    .list_metadata(&params)
+                    .await
+                    .map(|l| l.metadata.resource_version),
+                ResourceKind::Secret => Api::<Secret>::namespaced(client, namespace)
+                    .list_metadata(&params)
+                    .await
+                    .map(|l| l.metadata.resource_version),
+                ResourceKind::SecretProviderClass => Ok(None),
+            }
         };
-        match listed {
-            Ok(Some(version)) => {
-                let horizon = version.parse().ok()?;
+        let error = match tokio::time::timeout(READ_TIMEOUT, list).await {
+            Ok(Ok(version)) => {
+                let horizon = version?.parse().ok()?;
                 horizons.insert(kind, horizon);
-                Some(horizon)
+                return Some(horizon);
             }
-            Ok(None) => None,
-            Err(e) => {
-                self.metrics.error(ErrorKind::ResourceRead);
-                tracing::warn!(?kind, error = %e, "could not read the resourceVersion changes are trusted after; confirming them by reads");
-                None
-            }
-        }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "timed out".to_string(),
+        };
+        self.metrics.error(ErrorKind::ResourceRead);
+        tracing::warn!(?kind, %error, "could not read the resourceVersion changes are trusted after; confirming them by reads");
+        None
     }
 
     /// This replica begins to lead: every horizon is read again.
@@ -141,10 +145,12 @@ impl Writer {
         {
             return Ok(true);
         }
-        let read = digests::read(&self.client, rk).await.map_err(|e| {
-            self.metrics.error(ErrorKind::ResourceRead);
-            WriteError::from_kube("GET", e)
-        })?;
+        let read =
+            match tokio::time::timeout(READ_TIMEOUT, digests::read(&self.client, rk)).await {
+                Ok(read) => read.map_err(|e| WriteError::from_kube("GET", e)),
+                Err(_) => Err(WriteError::Transient("GET timed out".into())),
+            }
+            .inspect_err(|_| self.metrics.error(ErrorKind::ResourceRead))?;
         let current = read.map(|r| r.digests.of);
         let confirmed = current.as_deref() == hash;
         if confirmed {
