@@ -73,6 +73,14 @@ async fn deployment_env(
     ))
 }
 
+/// `rekindle_resource_confirmations_total` of `result`: changes confirmed by reading their resource.
+async fn confirmations(rk: &Rekindle, result: &str) -> Result<f64> {
+    rk.metric(&format!(
+        "rekindle_resource_confirmations_total{{result=\"{result}\"}}"
+    ))
+    .await
+}
+
 async fn patch_cm(client: &Client, ns: &str, name: &str, patch: Value) -> Result<()> {
     Api::<ConfigMap>::namespaced(client.clone(), ns)
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -154,14 +162,12 @@ async fn after_the_first_change_since_the_start_a_change_costs_no_read() -> Resu
     }
     rk.settled(rk.handled().await?).await?;
     assert_eq!(rk.reloads(true).await?, 3.0);
-    let confirmed =
-        |result: &str| format!("rekindle_resource_confirmations_total{{result=\"{result}\"}}");
     assert_eq!(
-        rk.metric(&confirmed("current")).await?,
+        confirmations(&rk, "current").await?,
         1.0,
         "the first change only"
     );
-    assert_eq!(rk.metric(&confirmed("behind")).await?, 0.0);
+    assert_eq!(confirmations(&rk, "behind").await?, 0.0);
     assert_eq!(
         rk.metric("rekindle_errors_total{kind=\"resource_read\"}")
             .await?,
@@ -528,10 +534,8 @@ async fn changes_while_stopped_are_caught_up_exactly_once() -> Result<()> {
     );
     // Found by comparing the marker with the index, the change was confirmed by reading the
     // ConfigMap (its index current) before it was written.
-    let confirmed =
-        |result: &str| format!("rekindle_resource_confirmations_total{{result=\"{result}\"}}");
-    assert_eq!(rk.metric(&confirmed("current")).await?, 1.0);
-    assert_eq!(rk.metric(&confirmed("behind")).await?, 0.0);
+    assert_eq!(confirmations(&rk, "current").await?, 1.0);
+    assert_eq!(confirmations(&rk, "behind").await?, 0.0);
     // Nothing changed for `other`: it does not roll. And a second restart with nothing changed rolls nothing.
     expect_replica_sets(&client, &ns.name, "other", 1).await?;
     rk.terminate().await?;
