@@ -223,6 +223,12 @@ pub fn choose_container(
     }
 }
 
+/// A resourceVersion as a number: versions of one resource compare as integers (Kubernetes'
+/// comparable resource versions); `None` if it is not one.
+pub fn resource_version(text: &str) -> Option<u64> {
+    text.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -189,7 +189,7 @@ impl WorkloadEntry {
             .map(Uid::new);
         self.resource_version = refs::at(obj, "/metadata/resourceVersion")
             .and_then(Value::as_str)
-            .and_then(|rv| rv.parse().ok());
+            .and_then(refs::resource_version);
         self.release = Release::of(obj, kind, cfg.pod_restarts);
         self
     }

@@ -39,6 +39,14 @@ pub struct Pending {
     pub upkeep: Upkeep,
 }
 
+impl Pending {
+    /// A watch event brought `r` at `version`: the newest is kept.
+    fn event_seen(&mut self, r: ResourceRef, version: u64) {
+        let newest = self.events.entry(r).or_insert(version);
+        *newest = (*newest).max(version);
+    }
+}
+
 /// How a change came to be owed, which decides whether the writer may replace a marker with the
 /// index's hash as it stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,8 +279,7 @@ impl Queue {
             upkeep: Upkeep::default(),
         });
         if let Found::Event(Some(version)) = found {
-            let newest = entry.events.entry(resource.clone()).or_insert(version);
-            *newest = (*newest).max(version);
+            entry.event_seen(resource.clone(), version);
         }
         entry.causes.entry(resource).or_insert(observed);
         let mut due = if lone && pushed == Pushed::New && !busy {
@@ -457,8 +464,7 @@ impl Queue {
                             *first_seen = (*first_seen).min(observed);
                         }
                         for (r, version) in back.events {
-                            let newest = entry.events.entry(r).or_insert(version);
-                            *newest = (*newest).max(version);
+                            entry.event_seen(r, version);
                         }
                     }
                     None => {

@@ -56,10 +56,9 @@ fn last_write(meta: &ObjectMeta) -> i64 {
         .unwrap_or_else(|| jiff::Timestamp::now().as_second())
 }
 
-/// The resourceVersion of an object as a number: versions of one resource compare as integers
-/// (Kubernetes' comparable resource versions); `None` if it is not one.
+/// The resourceVersion of an object, as a number.
 fn version(meta: &ObjectMeta) -> Option<u64> {
-    meta.resource_version.as_deref()?.parse().ok()
+    crate::core::refs::resource_version(meta.resource_version.as_deref()?)
 }
 
 /// Records a resource's hash; `written_at` is `Some` (the time of the write) when a change may

@@ -26,7 +26,7 @@ use kube::api::ListParams;
 use kube::Api;
 
 use super::Writer;
-use crate::core::refs::ResourceRef;
+use crate::core::refs::{self, ResourceRef};
 use crate::core::ResourceKind;
 use crate::index::{ResourceKey, WorkloadKey};
 use crate::metrics::{Confirmation, ErrorKind};
@@ -115,7 +115,7 @@ impl Writer {
         };
         let error = match tokio::time::timeout(READ_TIMEOUT, list).await {
             Ok(Ok(version)) => {
-                let horizon = version?.parse().ok()?;
+                let horizon = refs::resource_version(&version?)?;
                 horizons.insert(kind, horizon);
                 return Some(horizon);
             }

@@ -57,6 +57,14 @@ fn cronjob() -> Value {
     })
 }
 
+/// What the index keeps of a resource with hash `hash`.
+fn indexed(hash: &str) -> ResourceEntry {
+    ResourceEntry {
+        hash: hash.into(),
+        flags: Default::default(),
+    }
+}
+
 /// An apiserver whose every GET answers `object` and every other request the written web.
 fn reads_then_patches(object: Value) -> impl FnMut(&Seen) -> (u16, Value) + Send + 'static {
     move |seen| match seen.method {
@@ -1102,10 +1110,7 @@ async fn a_reload_also_writes_a_stale_marker_its_causes_did_not_name() {
     );
     f.writer.index.update_resource(
         &ResourceKey::new(ResourceKind::Secret, "ns", "creds"),
-        ResourceEntry {
-            hash: creds_hash.as_str().into(),
-            flags: Default::default(),
-        },
+        indexed(&creds_hash),
         None,
     );
     assert!(f.writer.reload(&key, &pending).await);
@@ -1213,10 +1218,6 @@ async fn a_marker_newer_than_the_index_is_not_rolled_back() {
         reads_then_patches(newer),
     );
     let cfg_key = ResourceKey::new(ResourceKind::ConfigMap, "ns", "cfg");
-    let indexed = |hash: &str| ResourceEntry {
-        hash: hash.into(),
-        flags: Default::default(),
-    };
     f.writer
         .index
         .update_resource(&cfg_key, indexed(&older_hash), None);
@@ -1277,10 +1278,7 @@ async fn only_events_newer_than_the_leaders_horizon_are_trusted() {
     f.writer.forget_horizons().await;
     f.writer.index.update_resource(
         &ResourceKey::new(ResourceKind::ConfigMap, "ns", "cfg"),
-        ResourceEntry {
-            hash: current_hash.as_str().into(),
-            flags: Default::default(),
-        },
+        indexed(&current_hash),
         None,
     );
     let other = WorkloadKey {
