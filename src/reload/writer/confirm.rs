@@ -91,12 +91,13 @@ impl Writer {
     }
 
     /// The resourceVersion of `kind`'s collection when this replica began to lead, read in
-    /// `namespace` (where this replica watches it) the first time it is needed; `None` if it
-    /// cannot be read (the changes are then confirmed, and it is read again next time).
+    /// `namespace` (where this replica watches it) the first time it is needed. `None` if it cannot
+    /// be read (the changes are then confirmed, and it is read again next time) or is not a number
+    /// (recorded: every change of that kind is confirmed for this leadership, with no more lists).
     async fn horizon(&self, namespace: &str, kind: ResourceKind) -> Option<u64> {
         let mut horizons = self.horizons.lock().await;
         if let Some(horizon) = horizons.get(&kind) {
-            return Some(*horizon);
+            return *horizon;
         }
         let params = ListParams::default().limit(1);
         let client = self.client.clone();
@@ -115,9 +116,12 @@ impl Writer {
         };
         let error = match tokio::time::timeout(READ_TIMEOUT, list).await {
             Ok(Ok(version)) => {
-                let horizon = refs::resource_version(&version?)?;
+                let horizon = version.as_deref().and_then(refs::resource_version);
+                if horizon.is_none() {
+                    tracing::warn!(?kind, ?version, "the apiserver's resourceVersions do not compare as numbers; every change of this kind is confirmed by a read");
+                }
                 horizons.insert(kind, horizon);
-                return Some(horizon);
+                return horizon;
             }
             Ok(Err(e)) => e.to_string(),
             Err(_) => "timed out".to_string(),

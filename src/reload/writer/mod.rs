@@ -156,8 +156,9 @@ pub struct Writer {
     /// (`None`: gone), and when.
     confirmed: confirm::Confirmed,
     /// Per kind of resource, the resourceVersion after which a watch event is taken on trust
-    /// (`confirm.rs`); read once per leadership.
-    horizons: tokio::sync::Mutex<HashMap<ResourceKind, u64>>,
+    /// (`confirm.rs`); read once per leadership. `None`: its versions are not numbers, and every
+    /// change of that kind is confirmed.
+    horizons: tokio::sync::Mutex<HashMap<ResourceKind, Option<u64>>>,
 }
 
 const FIELD_MANAGER: &str = "rekindle";

@@ -197,8 +197,8 @@ fn fixture_served(
     )));
     // This replica began to lead at resourceVersion 10 of both kinds.
     writer.horizons.try_lock().unwrap().extend([
-        (ResourceKind::ConfigMap, HORIZON),
-        (ResourceKind::Secret, HORIZON),
+        (ResourceKind::ConfigMap, Some(HORIZON)),
+        (ResourceKind::Secret, Some(HORIZON)),
     ]);
     let now = Instant::now();
     let pending = Pending {
@@ -239,6 +239,14 @@ fn failures(metrics: &Metrics, reason: &str) -> u64 {
             reason: reason.into(),
         })
         .get()
+}
+
+/// Each request as its method and the last segment of its path ("PATCH web", "GET configmaps").
+fn short_summary(server: &ApiServer) -> Vec<String> {
+    summary(server)
+        .into_iter()
+        .map(|(method, path)| format!("{method} {}", path.rsplit('/').next().unwrap()))
+        .collect()
 }
 
 fn summary(server: &ApiServer) -> Vec<(String, String)> {
@@ -1249,24 +1257,22 @@ async fn a_marker_newer_than_the_index_is_not_rolled_back() {
     drop(older);
 }
 
-/// A change is taken on trust only if its watch event is newer than the resourceVersion of its
-/// kind when this replica began to lead, read once (a LIST of one item) when first needed: an
-/// older event (queued on a follower, or delivered late by a lagging watch) is confirmed by a read.
-/// A confirmation serves the other workloads using the ConfigMap for a few seconds, then the
-/// ConfigMap is read again; a read that fails fails the attempt (retried), and writes nothing.
-#[tokio::test(start_paused = true)]
-async fn only_events_newer_than_the_leaders_horizon_are_trusted() {
+/// A writer that has just begun to lead, whose Deployments `web` and `api` use ConfigMap `cfg`
+/// (indexed as it is: "v2"). A list of ConfigMaps answers `collection_version`; reads fail (500)
+/// while `failing` is set.
+async fn leading_with_two_users_of_cfg(
+    collection_version: &str,
+    failing: Arc<std::sync::atomic::AtomicBool>,
+) -> (Fixture, WorkloadKey, WorkloadKey, Pending) {
     let (current, current_hash) = configmap("v2");
-    let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let fail = failing.clone();
     let list = json!({"apiVersion": "v1", "kind": "ConfigMapList",
-        "metadata": {"resourceVersion": "20"}, "items": []});
-    let (f, key, mut pending) = fixture(
+        "metadata": {"resourceVersion": collection_version}, "items": []});
+    let (f, key, pending) = fixture(
         WorkloadKind::Deployment,
         "web",
         &deployment("7"),
         move |seen| match seen.method {
-            Method::GET if fail.load(std::sync::atomic::Ordering::SeqCst) => {
+            Method::GET if failing.load(std::sync::atomic::Ordering::SeqCst) => {
                 (500, status(500, "InternalError", "etcd is down"))
             }
             Method::GET if seen.path.ends_with("/configmaps") => (200, list.clone()),
@@ -1274,7 +1280,6 @@ async fn only_events_newer_than_the_leaders_horizon_are_trusted() {
             _ => (200, deployment("8")),
         },
     );
-    // Leading begins: the horizon is read again.
     f.writer.forget_horizons().await;
     f.writer.index.update_resource(
         &ResourceKey::new(ResourceKind::ConfigMap, "ns", "cfg"),
@@ -1291,6 +1296,18 @@ async fn only_events_newer_than_the_leaders_horizon_are_trusted() {
         other.clone(),
         WorkloadEntry::from_stored(&f.writer.plan, &api, WorkloadKind::Deployment),
     );
+    (f, key, other, pending)
+}
+
+/// A change is taken on trust only if its watch event is newer than the resourceVersion of its
+/// kind when this replica began to lead, read once (a LIST of one item) when first needed: an
+/// older event (queued on a follower, or delivered late by a lagging watch) is confirmed by a read.
+/// A confirmation serves the other workloads using the ConfigMap for a few seconds, then the
+/// ConfigMap is read again; a read that fails fails the attempt (retried), and writes nothing.
+#[tokio::test(start_paused = true)]
+async fn only_events_newer_than_the_leaders_horizon_are_trusted() {
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (f, key, other, mut pending) = leading_with_two_users_of_cfg("20", failing.clone()).await;
     // An event older than the horizon.
     pending.events.insert(cfg(), 19);
     assert!(f.writer.reload(&key, &pending).await);
@@ -1307,10 +1324,7 @@ async fn only_events_newer_than_the_leaders_horizon_are_trusted() {
     assert!(f.writer.reload(&other, &pending).await);
     let metrics = f.metrics.clone();
     let server = f.finish().await;
-    let requests: Vec<String> = summary(&server)
-        .into_iter()
-        .map(|(method, path)| format!("{method} {}", path.rsplit('/').next().unwrap()))
-        .collect();
+    let requests = short_summary(&server);
     assert_eq!(
         &requests[..4],
         ["GET configmaps", "GET cfg", "PATCH web", "PATCH api"],
@@ -1337,4 +1351,35 @@ async fn only_events_newer_than_the_leaders_horizon_are_trusted() {
     );
     assert_eq!(requests.last().unwrap(), "PATCH api", "{requests:?}");
     assert!(metrics.errors_of(crate::metrics::ErrorKind::ResourceRead) >= 1);
+}
+
+/// An apiserver whose resourceVersions are not numbers gives no horizon: every change is confirmed by
+/// a read, and the collection is listed once for the leadership, not again at each reload.
+#[tokio::test(start_paused = true)]
+async fn versions_that_are_not_numbers_confirm_every_change_listing_once() {
+    let never = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (f, key, other, mut pending) = leading_with_two_users_of_cfg("opaque-20", never).await;
+    pending.events.insert(cfg(), 21);
+    assert!(f.writer.reload(&key, &pending).await);
+    tokio::time::advance(Duration::from_secs(6)).await;
+    pending.events.insert(cfg(), 22);
+    assert!(f.writer.reload(&other, &pending).await);
+    let metrics = f.metrics.clone();
+    let server = f.finish().await;
+    let requests = short_summary(&server);
+    assert_eq!(
+        requests,
+        [
+            "GET configmaps",
+            "GET cfg",
+            "PATCH web",
+            "GET cfg",
+            "PATCH api"
+        ],
+        "listed once, every change read"
+    );
+    assert_eq!(
+        metrics.errors_of(crate::metrics::ErrorKind::ResourceRead),
+        0
+    );
 }
