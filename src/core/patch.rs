@@ -2,8 +2,9 @@
 //!
 //! A marker change says what must change ("set env var X=h on container 0"); rendering turns it into
 //! JSON-patch ops that apply to exactly the object given: parents are added only when absent, `replace`
-//! only targets paths that exist, and no `test` op is ever emitted (a patch that fails to apply would
-//! reject the user's request even with `failurePolicy: Ignore`).
+//! only targets paths that exist, and rendering emits no `test` op (the webhook's patch must never
+//! fail to apply: that would reject the user's request even with `failurePolicy: Ignore`). The
+//! writer's guards are separate ops: [`test_resource_version`] and [`content_guard`].
 
 use std::collections::BTreeMap;
 
@@ -213,6 +214,126 @@ pub fn test_resource_version(resource_version: &str) -> PatchOperation {
         path: PointerBuf::from_tokens(["metadata", "resourceVersion"]),
         value: Value::String(resource_version.to_string()),
     })
+}
+
+/// Guards a JSON patch by what it replaces instead of by the whole object's version: a `test` of
+/// each marker's current entry (and of the name of the container holding it). Another writer moving
+/// anything else (labels, replicas, status, other env vars) does not refuse the write, and a write
+/// planned from markers another leader has since replaced still fails (422), as the
+/// resourceVersion guard would. `None` when a change adds a marker the object lacks (an absence
+/// cannot be tested) or a tested value might be encoded differently by the apiserver, which
+/// compares the bytes of strings (see [`comparable`]): the caller guards by the resourceVersion then.
+pub fn content_guard(
+    obj: &Value,
+    kind: WorkloadKind,
+    changes: &[MarkerChange],
+) -> Option<Vec<PatchOperation>> {
+    let mut guard = Guard::default();
+    for change in changes {
+        match change {
+            MarkerChange::SetEnv {
+                container, name, ..
+            }
+            | MarkerChange::RemoveEnv { container, name } => {
+                let base = container_pointer(kind, *container);
+                let c = get(obj, &base)?;
+                let mut name_ptr = base.clone();
+                name_ptr.push_back("name");
+                guard.test(name_ptr, c.get("name")?)?;
+                let env = c.get("env").and_then(Value::as_array);
+                let pos = env.and_then(|env| {
+                    env.iter()
+                        .position(|e| e.get("name").and_then(Value::as_str) == Some(name))
+                });
+                match (pos, env) {
+                    (Some(i), Some(env)) => {
+                        let mut entry = base;
+                        entry.push_back("env");
+                        entry.push_back(i);
+                        guard.test(entry, &env[i])?;
+                    }
+                    // Removing what is not there renders nothing.
+                    _ if matches!(change, MarkerChange::RemoveEnv { .. }) => {}
+                    _ => return None,
+                }
+            }
+            MarkerChange::SetConfigHash { place, .. } => {
+                guard.annotation(obj, kind, *place, CONFIG_HASHES_ANNOTATION, true)?
+            }
+            MarkerChange::RemoveConfigHash { place, .. } => {
+                guard.annotation(obj, kind, *place, CONFIG_HASHES_ANNOTATION, false)?
+            }
+            MarkerChange::SetLastReloadedFrom { .. } => guard.annotation(
+                obj,
+                kind,
+                Place::Template,
+                LAST_RELOADED_FROM_ANNOTATION,
+                true,
+            )?,
+        }
+    }
+    (!guard.tests.is_empty()).then_some(guard.tests)
+}
+
+/// The `test` ops of a content guard, one per path.
+#[derive(Default)]
+struct Guard {
+    tests: Vec<PatchOperation>,
+}
+
+impl Guard {
+    fn test(&mut self, path: PointerBuf, value: &Value) -> Option<()> {
+        if !comparable(value) {
+            return None;
+        }
+        let seen = self
+            .tests
+            .iter()
+            .any(|t| matches!(t, PatchOperation::Test(t) if t.path == path));
+        if !seen {
+            self.tests.push(PatchOperation::Test(TestOperation {
+                path,
+                value: value.clone(),
+            }));
+        }
+        Some(())
+    }
+
+    /// Tests annotation `key` at `place`; `None` if it is absent and `required` (it is being added).
+    fn annotation(
+        &mut self,
+        obj: &Value,
+        kind: WorkloadKind,
+        place: Place,
+        key: &str,
+        required: bool,
+    ) -> Option<()> {
+        let mut ptr = annotations_pointer(kind, place);
+        ptr.push_back(key);
+        match get(obj, &ptr) {
+            Some(value) => self.test(ptr, value),
+            None if required => None,
+            None => Some(()),
+        }
+    }
+}
+
+/// Whether the apiserver's `test` is sure to find `value` equal to its own copy: it compares strings
+/// and numbers by their JSON bytes, and its encoder escapes `<`, `>` and `&` (and writes other
+/// characters, and fractions, its own way), so only printable ASCII without those, and integers,
+/// are compared.
+fn comparable(value: &Value) -> bool {
+    let plain = |s: &str| {
+        s.bytes()
+            .all(|b| (b' '..=b'~').contains(&b) && !matches!(b, b'<' | b'>' | b'&'))
+    };
+    match value {
+        Value::Null | Value::Bool(_) => true,
+        Value::Number(n) => n.is_i64() || n.is_u64(),
+        Value::String(s) => plain(s),
+        Value::Array(a) => a.iter().all(comparable),
+        Value::Object(m) => m.iter().all(|(k, v)| plain(k) && comparable(v)),
+    }
 }
 
 /// Argo Rollouts' restart strategy: `spec.restartAt`, whole seconds in UTC, which the Rollouts
@@ -484,6 +605,124 @@ fn object_at<'a>(root: &'a mut Value, ptr: &PointerBuf) -> &'a mut serde_json::M
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A container with a marker among other env vars, and its config-hashes annotation.
+    fn marked(hash: &str) -> Value {
+        json!({
+            "metadata": {"resourceVersion": "7", "labels": {"busy": "1"}},
+            "spec": {"replicas": 1, "template": {
+                "metadata": {"annotations": {CONFIG_HASHES_ANNOTATION: format!("{{\"configmap/cfg\":\"{hash}\"}}")}},
+                "spec": {"containers": [
+                    {"name": "side", "image": "s"},
+                    {"name": "app", "image": "i", "env": [
+                        {"name": "LOG", "value": "debug"},
+                        {"name": "STAKATER_CFG_CONFIGMAP", "value": hash},
+                    ]},
+                ]}}}
+        })
+    }
+
+    fn guarded(obj: &Value, changes: &[MarkerChange]) -> Vec<PatchOperation> {
+        let mut ops =
+            content_guard(obj, WorkloadKind::Deployment, changes).expect("a content guard");
+        ops.extend(render(obj, WorkloadKind::Deployment, changes).unwrap());
+        ops
+    }
+
+    #[test]
+    fn a_content_guard_refuses_only_writes_over_markers_that_moved() {
+        let changes = [
+            MarkerChange::SetEnv {
+                container: 1,
+                name: "STAKATER_CFG_CONFIGMAP".into(),
+                value: "bbb".into(),
+            },
+            MarkerChange::SetConfigHash {
+                place: Place::Template,
+                key: "configmap/cfg".into(),
+                hash: "bbb".into(),
+            },
+        ];
+        let obj = marked("aaa");
+        let ops = guarded(&obj, &changes);
+        let paths: Vec<String> = ops
+            .iter()
+            .filter_map(|op| match op {
+                PatchOperation::Test(t) => Some(t.path.to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "/spec/template/spec/containers/1/name",
+                "/spec/template/spec/containers/1/env/1",
+                "/spec/template/metadata/annotations/rekindle.io~1config-hashes",
+            ]
+        );
+        // Another writer moved everything but the markers: the write applies, and sets them.
+        let mut busy = obj.clone();
+        busy["metadata"]["resourceVersion"] = json!("9");
+        busy["metadata"]["labels"]["busy"] = json!("2");
+        busy["spec"]["replicas"] = json!(3);
+        busy["status"] = json!({"observedGeneration": 4});
+        busy["spec"]["template"]["spec"]["containers"][1]["env"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "MORE", "value": "x"}));
+        json_patch::patch(&mut busy, &ops).unwrap();
+        assert_eq!(
+            env_value(&busy, WorkloadKind::Deployment, 1, "STAKATER_CFG_CONFIGMAP"),
+            Some("bbb")
+        );
+        // Another leader wrote a newer marker: the write would put an older one back, and fails.
+        let newer = marked("ccc");
+        assert!(json_patch::patch(&mut newer.clone(), &ops).is_err());
+        // The container was replaced by another at its index: refused too.
+        let mut renamed = obj.clone();
+        renamed["spec"]["template"]["spec"]["containers"][1]["name"] = json!("other");
+        assert!(json_patch::patch(&mut renamed, &ops).is_err());
+    }
+
+    #[test]
+    fn without_a_testable_marker_the_version_guards_instead() {
+        let set = |name: &str| MarkerChange::SetEnv {
+            container: 1,
+            name: name.into(),
+            value: "bbb".into(),
+        };
+        let obj = marked("aaa");
+        // A marker being added: its absence cannot be tested.
+        assert!(content_guard(
+            &obj,
+            WorkloadKind::Deployment,
+            &[set("STAKATER_NEW_SECRET")]
+        )
+        .is_none());
+        let adds_annotation = MarkerChange::SetLastReloadedFrom { value: "{}".into() };
+        assert!(content_guard(&obj, WorkloadKind::Deployment, &[adds_annotation]).is_none());
+        // A value the apiserver encodes in its own way (`&` as \u0026) is not compared byte for byte.
+        let mut escaped = obj.clone();
+        escaped["spec"]["template"]["spec"]["containers"][1]["env"][1]["value"] = json!("a&b");
+        assert!(content_guard(
+            &escaped,
+            WorkloadKind::Deployment,
+            &[set("STAKATER_CFG_CONFIGMAP")]
+        )
+        .is_none());
+        // Removing a marker that is not there needs no test; with nothing tested, no guard.
+        let remove_absent = MarkerChange::RemoveEnv {
+            container: 1,
+            name: "STAKATER_GONE_SECRET".into(),
+        };
+        assert!(content_guard(&obj, WorkloadKind::Deployment, &[remove_absent]).is_some());
+        let no_container = MarkerChange::RemoveEnv {
+            container: 5,
+            name: "STAKATER_CFG_CONFIGMAP".into(),
+        };
+        assert!(content_guard(&obj, WorkloadKind::Deployment, &[no_container]).is_none());
+        assert!(content_guard(&obj, WorkloadKind::Deployment, &[]).is_none());
+    }
 
     #[test]
     fn guard_and_restart_ops() {

@@ -42,8 +42,18 @@ impl WriteError {
         match s.code {
             404 => Self::Gone,
             409 => Self::Conflict(message),
-            // The JSON-patch `test` of the resourceVersion fails with 422 when the object moved.
-            422 if s.message.contains("resourceVersion") => Self::Conflict(message),
+            // A JSON patch's `test` (of the resourceVersion, or of a marker) fails with 422 when
+            // the object moved; a tested path that is gone too.
+            422 if [
+                "testing value",
+                "test operation does not apply",
+                "error in test for path",
+            ]
+            .iter()
+            .any(|m| s.message.contains(m)) =>
+            {
+                Self::Conflict(message)
+            }
             401 | 403 => Self::Forbidden(message),
             400 | 405 | 415 | 422 => Self::Invalid(message),
             _ => Self::Transient(message),
@@ -92,6 +102,30 @@ mod tests {
                 "the server rejected our request: testing value /metadata/resourceVersion failed",
                 "conflict",
                 true,
+            ),
+            (
+                422,
+                "testing value /spec/template/spec/containers/0/env/3 failed: test failed",
+                "conflict",
+                true,
+            ),
+            (
+                422,
+                "test operation does not apply: is missing path: /spec/template/spec/containers/2/name: missing value",
+                "conflict",
+                true,
+            ),
+            (
+                422,
+                "error in test for path: '/spec/template/spec/containers/0/env/4': Unable to access invalid index: 4",
+                "conflict",
+                true,
+            ),
+            (
+                422,
+                "metadata.resourceVersion: Invalid value: \"x\": must be a number",
+                "invalid",
+                false,
             ),
             (
                 422,

@@ -8,6 +8,7 @@ use kube::api::{DeleteParams, DynamicObject, PostParams, Preconditions};
 use kube::Api;
 use serde_json::Value;
 
+use super::write::Guard;
 use super::{Writer, FIELD_MANAGER, JOB_CREATE_RETRIES};
 use crate::core::job::{job_from_cronjob, strip_job};
 use crate::core::patch::{MarkerChange, Place};
@@ -80,9 +81,18 @@ impl Writer {
             })
             .cloned()
             .collect();
-        self.patch(cronjobs, key, value, rv, &metadata_changes, false)
-            .await
-            .map(|_| ())
+        // On the version: the Job was made from the whole template, not only from the markers.
+        self.patch(
+            cronjobs,
+            key,
+            value,
+            rv,
+            &metadata_changes,
+            false,
+            Guard::Version,
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Job: delete (background propagation) and create again under the same name from its JSON.

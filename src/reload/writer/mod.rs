@@ -9,10 +9,13 @@
 //! replicas); that conflict is retried once after reading the object. The PATCH response replaces the
 //! index's record, so a reload right after plans from what was written. Conflicts and transient
 //! errors are retried after reading the object; what would fail the same way again is not (see
-//! [`super::error::WriteError`]).
+//! [`super::error::WriteError`]). A write planned on the object read is a JSON patch guarded by the
+//! markers it replaces (`core::patch::content_guard`), so another writer's labels or status moving
+//! again cannot refuse the retry; where that guard cannot be built, by the resourceVersion.
 //! CRD kinds (Rollouts, DeploymentConfigs) have no strategic merge, and a Deployment being paused changes
-//! fields a merge cannot guard: those are read and get a JSON patch guarded by the resourceVersion (a
-//! `test` op), re-read and retried on conflict (422 from the failed test, or 409). Jobs and CronJobs
+//! fields a merge cannot guard: those are read and get a JSON patch guarded so (a paused Deployment's
+//! by the resourceVersion, a `test` op), re-read and retried on conflict (422 from a failed test, or
+//! 409). Jobs and CronJobs
 //! creating a Job are read too (the Job is made from the whole template). A change not brought by a
 //! watch event newer than this leadership's start (found by comparing a marker with the index, or
 //! delivered late) is confirmed by reading its ConfigMap or Secret first (`confirm.rs`). No LIST of

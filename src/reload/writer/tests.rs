@@ -373,6 +373,52 @@ async fn a_conflict_or_transient_failure_is_retried_from_the_live_object() {
     }
 }
 
+/// A write that lost to another writer is retried on the object as read, guarded by the marker it
+/// replaces rather than by the whole object's version: another writer moving labels or status again
+/// between the read and the retry cannot refuse it, while a leader that wrote a newer marker still
+/// would (the `test` of the entry).
+#[tokio::test]
+async fn a_retry_on_the_object_read_is_guarded_by_the_marker_it_replaces() {
+    let marked = |rv: &str| {
+        let mut d = deployment(rv);
+        d["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "STAKATER_CFG_CONFIGMAP", "value": "h1"}]);
+        d
+    };
+    let (read, mut n) = (marked("8"), 0);
+    let (f, key, pending) = fixture(WorkloadKind::Deployment, "web", &marked("7"), move |s| {
+        n += 1;
+        match (n, &s.method) {
+            (1, &Method::PATCH) => (409, status(409, "Conflict", "the object has been modified")),
+            (_, &Method::GET) => (200, read.clone()),
+            _ => (200, deployment("9")),
+        }
+    });
+    assert!(f.writer.reload(&key, &pending).await);
+    let server = f.finish().await;
+    assert_eq!(
+        short_summary(&server),
+        ["PATCH web", "GET web", "PATCH web"]
+    );
+    assert_eq!(
+        server.requests[0].body["metadata"]["resourceVersion"],
+        json!("7"),
+        "the first write, planned from the index, is guarded by its version"
+    );
+    let retry = &server.requests[2];
+    assert_eq!(retry.content_type, "application/json-patch+json");
+    assert_eq!(
+        retry.body,
+        json!([
+            {"op": "test", "path": "/spec/template/spec/containers/0/name", "value": "app"},
+            {"op": "test", "path": "/spec/template/spec/containers/0/env/0",
+                "value": {"name": "STAKATER_CFG_CONFIGMAP", "value": "h1"}},
+            {"op": "replace", "path": "/spec/template/spec/containers/0/env/0/value", "value": "h2"},
+        ]),
+        "the retry tests the marker it replaces, not the resourceVersion"
+    );
+}
+
 #[tokio::test]
 async fn forbidden_is_not_retried_and_reported_once() {
     let (f, key, pending) = fixture(WorkloadKind::Deployment, "web", &deployment("7"), |_| {

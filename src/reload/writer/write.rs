@@ -26,12 +26,23 @@ use crate::reload::queue::{Pending, Upkeep};
 use crate::watch::digests;
 use std::time::Duration;
 
-/// What a reload is planned from, the resourceVersion that guards its write, and the object's uid
-/// (Events name it).
+/// What a write is guarded by (see [`patch::content_guard`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Guard {
+    /// The resourceVersion the plan was made from.
+    Version,
+    /// The markers the write replaces, when they can be tested; else the resourceVersion. Only for
+    /// a plan made on the object as read: the index's skeleton lacks the list positions.
+    Content,
+}
+
+/// What a reload is planned from, its resourceVersion, the object's uid (Events name it), and
+/// whether it is the object as read (`live`) rather than the index's skeleton.
 pub(super) struct View {
     pub value: Value,
     pub rv: String,
     pub uid: Option<String>,
+    pub live: bool,
 }
 
 impl Writer {
@@ -42,7 +53,13 @@ impl Writer {
         pending: &Pending,
         from_index: bool,
     ) -> Result<Outcome, WriteError> {
-        let Some(View { value, rv, uid }) = self.view(api, key, from_index).await? else {
+        let Some(View {
+            value,
+            rv,
+            uid,
+            live,
+        }) = self.view(api, key, from_index).await?
+        else {
             return Ok(Outcome::Gone);
         };
         let planned = self
@@ -59,8 +76,17 @@ impl Writer {
         }
         let written = match action {
             Action::Patch | Action::Restart => {
-                self.patch(api, key, &value, rv, changes, action == Action::Restart)
-                    .await
+                let guard = if live { Guard::Content } else { Guard::Version };
+                self.patch(
+                    api,
+                    key,
+                    &value,
+                    rv,
+                    changes,
+                    action == Action::Restart,
+                    guard,
+                )
+                .await
             }
             Action::CreateJob => self
                 .create_job(api, key, &value, &planned.working, rv, changes)
@@ -106,6 +132,7 @@ impl Writer {
                     value: skeleton,
                     rv: rv.to_string(),
                     uid: self.index.uid_of(key),
+                    live: false,
                 }))
             }
             Err(reason) => reason,
@@ -126,7 +153,12 @@ impl Writer {
         let uid = obj.metadata.uid.clone();
         let value = serde_json::to_value(&obj)
             .map_err(|_| WriteError::Invalid("object does not serialise".into()))?;
-        Ok(Some(View { value, rv, uid }))
+        Ok(Some(View {
+            value,
+            rv,
+            uid,
+            live: true,
+        }))
     }
 
     /// Plans every pending change of the workload in turn, each on the result of the ones before.
@@ -276,9 +308,11 @@ impl Writer {
         Ok((skeleton, rv))
     }
 
-    /// A strategic-merge patch for built-in kinds; otherwise (CRDs, a Deployment being paused, a Rollout
-    /// restart, which also sets `spec.restartAt`) a JSON patch. Both are guarded by the resourceVersion
-    /// the plan was made from.
+    /// A JSON patch guarded by the markers it replaces, when `guard` allows it and they can be
+    /// tested; otherwise a strategic-merge patch for built-in kinds, or a JSON patch (CRDs, a
+    /// Deployment being paused, a Rollout restart, which also sets `spec.restartAt`), guarded by the
+    /// resourceVersion the plan was made from.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn patch(
         &self,
         api: &Api<DynamicObject>,
@@ -287,6 +321,7 @@ impl Writer {
         rv: String,
         changes: &[MarkerChange],
         restart: bool,
+        guard: Guard,
     ) -> Result<Value, WriteError> {
         let pause = if key.kind == WorkloadKind::Deployment {
             let annotations_exist = value
@@ -305,8 +340,13 @@ impl Writer {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
-        let strategic =
-            key.kind.strategic_merge() && !restart && !matches!(pause, PauseDecision::Pause(_));
+        let pausing = matches!(pause, PauseDecision::Pause(_));
+        // A pause writes fields beyond the markers, which only the version guards.
+        let content = match guard {
+            Guard::Content if !pausing => patch::content_guard(value, key.kind, changes),
+            _ => None,
+        };
+        let strategic = content.is_none() && key.kind.strategic_merge() && !restart && !pausing;
         if let PauseDecision::Invalid(why) = &pause {
             let note = format!(
                 "Invalid {}: {why}; reloading without pause",
@@ -330,7 +370,10 @@ impl Writer {
         }
         let mut ops = patch::render(value, key.kind, changes)
             .map_err(|e| WriteError::Render(e.to_string()))?;
-        ops.insert(0, patch::test_resource_version(&rv));
+        match content {
+            Some(tests) => drop(ops.splice(0..0, tests)),
+            None => ops.insert(0, patch::test_resource_version(&rv)),
+        }
         if let PauseDecision::Pause(more) = pause {
             ops.extend(more);
         }
