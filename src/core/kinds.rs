@@ -111,10 +111,14 @@ impl WorkloadKind {
 
     /// `template` (a pod template) at [`Self::template_pointer`] of an otherwise empty object.
     pub fn under_template_path(self, template: serde_json::Value) -> serde_json::Value {
+        // Moved into maps, not through `json!`, which would serialise the template again: this
+        // runs for every workload listed.
         self.template_pointer()
             .rsplit('/')
             .take_while(|token| !token.is_empty())
-            .fold(template, |node, token| serde_json::json!({ token: node }))
+            .fold(template, |node, token| {
+                serde_json::Value::Object(serde_json::Map::from_iter([(token.to_string(), node)]))
+            })
     }
 
     /// Whether the apiserver merges strategic-merge patches for this kind (built-in kinds do; CRDs

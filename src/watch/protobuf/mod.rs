@@ -158,19 +158,20 @@ enum Frame<T> {
     },
 }
 
-/// The object inside a `runtime.Unknown` envelope.
-fn unwrap_envelope(raw: &[u8]) -> Result<Bytes, Error> {
-    let body = raw
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| Error::Decode("object without the protobuf envelope".into()))?;
-    UnknownPb::decode(body)
+/// The object inside a `runtime.Unknown` envelope, sharing `raw`'s buffer (decoded from `Bytes`,
+/// prost slices its bytes fields instead of copying them).
+fn unwrap_envelope(raw: Bytes) -> Result<Bytes, Error> {
+    if !raw.starts_with(MAGIC) {
+        return Err(Error::Decode("object without the protobuf envelope".into()));
+    }
+    UnknownPb::decode(raw.slice(MAGIC.len()..))
         .map(|u| u.raw)
         .map_err(|e| Error::Decode(format!("envelope: {e}")))
 }
 
 fn decode_frame<M: Decode>(frame: Bytes) -> Result<Frame<M::Object>, Error> {
     let event = WatchEventPb::decode(frame).map_err(|e| Error::Decode(format!("event: {e}")))?;
-    let raw = unwrap_envelope(&event.object.unwrap_or_default().raw)?;
+    let raw = unwrap_envelope(event.object.unwrap_or_default().raw)?;
     if event.r#type == "ERROR" {
         let status =
             StatusPb::decode(raw).map_err(|e| Error::Decode(format!("ERROR status: {e}")))?;
@@ -384,7 +385,7 @@ fn connection_closed(e: &kube::Error) -> bool {
 
 /// The error of a refused request: its `Status` message when the body is one, else the body's text.
 fn refused(code: u16, body: &[u8]) -> Error {
-    let status = unwrap_envelope(body)
+    let status = unwrap_envelope(Bytes::copy_from_slice(body))
         .ok()
         .and_then(|raw| StatusPb::decode(raw).ok());
     let message = match status {
