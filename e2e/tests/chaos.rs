@@ -505,6 +505,8 @@ struct Write {
     resource: String,
     name: String,
     code: u16,
+    /// Refused as stale: 409, or 422 from a failed JSON-patch `test`.
+    stale: bool,
 }
 
 /// rekindle's writes since the soak started, from the node apiserver's audit log, on the soak's clock.
@@ -552,6 +554,13 @@ fn audited_writes(ledger: &Ledger, ns: &str) -> Result<Vec<Write>> {
             resource,
             name: object["name"].as_str().unwrap_or_default().to_string(),
             code: e["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
+            stale: match e["responseStatus"]["code"].as_u64() {
+                Some(409) => true,
+                Some(422) => e["responseStatus"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("testing value") || m.contains("test operation")),
+                _ => false,
+            },
         });
     }
     writes.sort_by(|a, b| a.committed.total_cmp(&b.committed));
@@ -582,8 +591,9 @@ struct Verdict {
     /// a re-create finished after the lease ran out. Reported, not failed: no other replica knows the
     /// Job is owed, and with its name fixed it cannot be created twice.
     recreates_finished: Vec<String>,
-    /// Workload writes the apiserver refused with 409: planned from a version the object had moved
-    /// past (another writer in between, or a write held back by the network).
+    /// Workload writes the apiserver refused as stale: 409, planned from a version the object had
+    /// moved past, or 422 from a failed `test` of the markers a retry replaces (another writer in
+    /// between, or a write held back by the network).
     refused_as_stale: usize,
     rollouts: usize,
     workload_writes: usize,
@@ -729,7 +739,7 @@ fn judge(
     let renew = RENEW_DEADLINE.as_secs_f64() + 0.25;
     v.refused_as_stale = writes
         .iter()
-        .filter(|w| w.resource != "leases" && w.code == 409)
+        .filter(|w| w.resource != "leases" && w.stale)
         .count();
     // Per object, the last successful write: by whom, what, and whether its replica was leading.
     let mut last: BTreeMap<(&str, &str), (&str, &str, bool)> = BTreeMap::new();
@@ -810,7 +820,7 @@ fn report(
          | **writes by a replica not leading** | **{}** |\n| writes held by a partition, landed at its heal | {} |\n\
          | writes by the holder arriving after its renew deadline, nobody else leading | {} |\n\
          | Job re-creates finished after the lease ran out (deleted while leading) | {} |\n\
-         | workload writes refused as stale (409) | {} |\n\
+         | workload writes refused as stale (409, or 422 from a failed test) | {} |\n\
          | change → reload, p50 / p99 / max | {:.2} s / {:.2} s / {:.2} s ({} change × workload pairs) |\n\n",
         v.workloads,
         v.changes,
