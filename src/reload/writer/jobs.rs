@@ -99,8 +99,9 @@ impl Writer {
     /// The delete is conditional on the UID that was read: if another writer (a second replica
     /// without leader election, say) re-created the Job since, it answers 409 and this reload is
     /// already done; a create meeting a Job with another UID is done the same way. Once the delete has
-    /// gone through, the create is retried on transient errors for minutes (an apiserver restarting
-    /// answers 500 for a few seconds): a read would find no Job and nothing left to reload, so this is
+    /// gone through, the create is retried on transient errors and refusals for minutes (an apiserver
+    /// restarting answers 500, then 403 until its authorizer has synced, for a few seconds): a read
+    /// would find no Job and nothing left to reload, so this is
     /// the only place the Job still exists. For the same reason it is finished even if this replica's
     /// lease runs out meanwhile; with the name fixed it cannot be created twice. A crash between the
     /// two is covered by the record written before the delete ([`crate::reload::recreate`]).
@@ -290,7 +291,13 @@ impl Writer {
                 JOB_CREATE_RETRIES,
             ))
             .sleep(tokio::time::sleep)
-            .when(|e| e.as_ref().is_none_or(WriteError::retryable))
+            // Forbidden too: an apiserver just restarted refuses until its authorizer has synced,
+            // and the Job exists nowhere else. A refusal that lasts ends the tries, and the record
+            // left behind has the next leader create it.
+            .when(|e| {
+                e.as_ref()
+                    .is_none_or(|e| e.retryable() || matches!(e, WriteError::Forbidden(_)))
+            })
             .await
             .map_err(|e| {
                 let e = e.unwrap_or_else(|| {

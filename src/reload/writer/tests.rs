@@ -490,7 +490,8 @@ async fn an_invalid_patch_from_the_index_is_tried_once_from_the_live_object_then
 }
 
 #[tokio::test]
-async fn a_job_is_deleted_on_its_uid_and_created_again_through_conflicts_and_transient_errors() {
+async fn a_job_is_deleted_on_its_uid_and_created_again_through_conflicts_refusals_and_transient_errors(
+) {
     const JOB: &str = "/apis/batch/v1/namespaces/ns/jobs/batch";
     const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs";
     let mut creates = 0;
@@ -511,6 +512,15 @@ async fn a_job_is_deleted_on_its_uid_and_created_again_through_conflicts_and_tra
                         500,
                         status(500, "InternalError", "etcdserver: leader changed"),
                     ),
+                    // Its authorizer not synced yet after the restart.
+                    3 => (
+                        403,
+                        status(
+                            403,
+                            "Forbidden",
+                            "jobs.batch is forbidden: User cannot create",
+                        ),
+                    ),
                     _ => (201, job("u-new")),
                 }
             }
@@ -528,13 +538,14 @@ async fn a_job_is_deleted_on_its_uid_and_created_again_through_conflicts_and_tra
             ("GET".into(), JOB.into()),
             ("POST".into(), JOBS.into()),
             ("POST".into(), JOBS.into()),
+            ("POST".into(), JOBS.into()),
         ]
     );
     assert_eq!(
         server.requests[1].body["preconditions"]["uid"], "u-old",
         "the delete is conditional on the Job that was read"
     );
-    let created = &server.requests[5].body;
+    let created = &server.requests[6].body;
     assert!(created["metadata"].get("uid").is_none());
     assert!(created["spec"].get("selector").is_none());
     let marked = created["spec"]["template"]["spec"]["containers"][0]["env"]
