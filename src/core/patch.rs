@@ -241,12 +241,8 @@ pub fn content_guard(
                 name_ptr.push_back("name");
                 guard.test(name_ptr, c.get("name")?)?;
                 let env = c.get("env").and_then(Value::as_array);
-                let pos = env.and_then(|env| {
-                    env.iter()
-                        .position(|e| e.get("name").and_then(Value::as_str) == Some(name))
-                });
-                match (pos, env) {
-                    (Some(i), Some(env)) => {
+                match env.and_then(|env| Some((env_position(env, name)?, env))) {
+                    Some((i, env)) => {
                         let mut entry = base;
                         entry.push_back("env");
                         entry.push_back(i);
@@ -393,6 +389,13 @@ fn set_annotation(
     Ok(ops)
 }
 
+/// Where env var `name` is in the env list `env`: its first entry of that name, the one rendering
+/// replaces or removes and the content guard tests.
+fn env_position(env: &[Value], name: &str) -> Option<usize> {
+    env.iter()
+        .position(|e| e.get("name").and_then(Value::as_str) == Some(name))
+}
+
 /// Sets env var `name` of container `container` to `value`: replaces a plain value in place, an entry
 /// with `valueFrom` whole, and appends one that is missing.
 fn set_env(
@@ -412,10 +415,7 @@ fn set_env(
     let Some(env) = c.get("env").and_then(Value::as_array) else {
         return Ok(vec![add(env_ptr, json!([entry]))]);
     };
-    let Some(i) = env
-        .iter()
-        .position(|e| e.get("name").and_then(Value::as_str) == Some(name))
-    else {
+    let Some(i) = env_position(env, name) else {
         env_ptr.push_back("-");
         return Ok(vec![add(env_ptr, entry)]);
     };
@@ -445,10 +445,7 @@ fn remove_env(
     env_ptr.push_back("env");
     let pos = get(obj, &env_ptr)
         .and_then(Value::as_array)
-        .and_then(|env| {
-            env.iter()
-                .position(|e| e.get("name").and_then(Value::as_str) == Some(name))
-        });
+        .and_then(|env| env_position(env, name));
     pos.map(|i| {
         env_ptr.push_back(i);
         vec![PatchOperation::Remove(RemoveOperation { path: env_ptr })]
@@ -710,7 +707,8 @@ mod tests {
             &[set("STAKATER_CFG_CONFIGMAP")]
         )
         .is_none());
-        // Removing a marker that is not there needs no test; with nothing tested, no guard.
+        // Removing a marker that is not there needs no test of its entry (its container's name is
+        // still tested); with no container there, no guard; with no change, none either.
         let remove_absent = MarkerChange::RemoveEnv {
             container: 1,
             name: "STAKATER_GONE_SECRET".into(),
