@@ -29,12 +29,14 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{DynamicObject, EvictParams, Patch, PatchParams};
+use kube::core::Status;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use rekindle::core::envname::env_var_name;
 use rekindle::core::hash::{configmap_hash_typed, secret_hash_typed};
 use rekindle::core::patch::{config_hash_key, config_hashes, first_env_value, Place};
 use rekindle::core::{ResourceKind, WorkloadKind};
+use rekindle::reload::error::WriteError;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
@@ -554,13 +556,10 @@ fn audited_writes(ledger: &Ledger, ns: &str) -> Result<Vec<Write>> {
             resource,
             name: object["name"].as_str().unwrap_or_default().to_string(),
             code: e["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
-            stale: match e["responseStatus"]["code"].as_u64() {
-                Some(409) => true,
-                Some(422) => e["responseStatus"]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("testing value") || m.contains("test operation")),
-                _ => false,
-            },
+            // Refused as stale: what the writer itself counts as a conflict (a 409, or a JSON
+            // patch whose guard no longer holds).
+            stale: serde_json::from_value::<Status>(e["responseStatus"].clone())
+                .is_ok_and(|s| matches!(WriteError::from_status("", &s), WriteError::Conflict(_))),
         });
     }
     writes.sort_by(|a, b| a.committed.total_cmp(&b.committed));

@@ -315,9 +315,10 @@ impl Guard {
 }
 
 /// Whether the apiserver's `test` is sure to find `value` equal to its own copy: it compares strings
-/// and numbers by their JSON bytes, and its encoder escapes `<`, `>` and `&` (and writes other
-/// characters, and fractions, its own way), so only printable ASCII without those, and integers,
-/// are compared.
+/// and numbers by their JSON bytes, and its encoder escapes `<`, `&` and some non-ASCII characters
+/// (U+2028) where serde_json does not (and HTML escaping covers `>` too), and writes fractions its
+/// own way, so only printable ASCII without those, and integers, are compared (e2e/tests/guards.rs
+/// checks this against the real apiserver).
 fn comparable(value: &Value) -> bool {
     let plain = |s: &str| {
         s.bytes()

@@ -5,7 +5,7 @@ use kube::core::Status;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
-    /// Another writer moved the object (409, or the resourceVersion `test` op failing with 422).
+    /// Another writer moved the object (409, or a JSON patch that no longer applies: 422).
     #[error("conflict: {0}")]
     Conflict(String),
     /// The object is gone (404): nothing left to reload.
@@ -42,18 +42,7 @@ impl WriteError {
         match s.code {
             404 => Self::Gone,
             409 => Self::Conflict(message),
-            // A JSON patch's `test` (of the resourceVersion, or of a marker) fails with 422 when
-            // the object moved; a tested path that is gone too.
-            422 if [
-                "testing value",
-                "test operation does not apply",
-                "error in test for path",
-            ]
-            .iter()
-            .any(|m| s.message.contains(m)) =>
-            {
-                Self::Conflict(message)
-            }
+            422 if patch_did_not_apply(s) => Self::Conflict(message),
             401 | 403 => Self::Forbidden(message),
             400 | 405 | 415 | 422 => Self::Invalid(message),
             _ => Self::Transient(message),
@@ -80,6 +69,16 @@ impl WriteError {
     }
 }
 
+/// The apiserver's whole answer when a JSON patch does not apply to the object as it is now: a `test`
+/// op failed (the resourceVersion, or a marker another writer replaced) or a path is gone. It drops
+/// the patch library's reason, so the answer is a fixed message with no causes, where a patched
+/// object failing validation names its fields. rekindle renders every JSON patch against the object
+/// it read, so a patch the apiserver cannot apply means the object moved since.
+fn patch_did_not_apply(s: &Status) -> bool {
+    const MESSAGE: &str = "the server rejected our request due to an error in our request";
+    s.message == MESSAGE && s.details.as_ref().is_none_or(|d| d.causes.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,58 +91,62 @@ mod tests {
         }
     }
 
+    /// Answers of kube-apiserver v1.35 as sent (e2e/tests/guards.rs sees them live).
+    fn sent(json: &str) -> Status {
+        serde_json::from_str(json).expect("a Status")
+    }
+
     #[test]
     fn classifies_apiserver_answers() {
+        let patch_did_not_apply = sent(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+            "message":"the server rejected our request due to an error in our request",
+            "reason":"Invalid","details":{},"code":422}"#,
+        );
+        let object_invalid = sent(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+            "message":"Deployment.apps \"web\" is invalid: spec.template.spec.containers[0].image: Required value",
+            "reason":"Invalid","details":{"name":"web","group":"apps","kind":"Deployment",
+            "causes":[{"reason":"FieldValueRequired","message":"Required value",
+            "field":"spec.template.spec.containers[0].image"}]},"code":422}"#,
+        );
+        // The generic message with causes is a validation failure, not a patch that did not apply.
+        let mut generic_with_causes = patch_did_not_apply.clone();
+        generic_with_causes.details = object_invalid.details.clone();
         let table = [
-            (404, "not found", "gone", false),
-            (409, "the object has been modified", "conflict", true),
+            (status(404, "not found"), "gone", false),
             (
-                422,
-                "the server rejected our request: testing value /metadata/resourceVersion failed",
+                status(409, "the object has been modified"),
                 "conflict",
                 true,
             ),
+            (patch_did_not_apply, "conflict", true),
+            (object_invalid, "invalid", false),
+            (generic_with_causes, "invalid", false),
             (
-                422,
-                "testing value /spec/template/spec/containers/0/env/3 failed: test failed",
-                "conflict",
-                true,
-            ),
-            (
-                422,
-                "test operation does not apply: is missing path: /spec/template/spec/containers/2/name: missing value",
-                "conflict",
-                true,
-            ),
-            (
-                422,
-                "error in test for path: '/spec/template/spec/containers/0/env/4': Unable to access invalid index: 4",
-                "conflict",
-                true,
-            ),
-            (
-                422,
-                "metadata.resourceVersion: Invalid value: \"x\": must be a number",
+                status(422, "the server rejected our request"),
                 "invalid",
                 false,
             ),
+            (status(400, "bad patch"), "invalid", false),
             (
-                422,
-                "spec.template.spec.containers[1].image: Required value",
-                "invalid",
+                status(403, "deployments.apps is forbidden"),
+                "forbidden",
                 false,
             ),
-            (400, "bad patch", "invalid", false),
-            (403, "deployments.apps is forbidden", "forbidden", false),
-            (401, "Unauthorized", "forbidden", false),
-            (429, "too many requests", "transient", true),
-            (500, "etcdserver: request timed out", "transient", true),
-            (503, "unavailable", "transient", true),
+            (status(401, "Unauthorized"), "forbidden", false),
+            (status(429, "too many requests"), "transient", true),
+            (
+                status(500, "etcdserver: request timed out"),
+                "transient",
+                true,
+            ),
+            (status(503, "unavailable"), "transient", true),
         ];
-        for (code, message, label, retryable) in table {
-            let e = WriteError::from_status("PATCH", &status(code, message));
-            assert_eq!(e.metric_label(), label, "{code} {message}");
-            assert_eq!(e.retryable(), retryable, "{code} {message}");
+        for (s, label, retryable) in table {
+            let e = WriteError::from_status("PATCH", &s);
+            assert_eq!(e.metric_label(), label, "{} {}", s.code, s.message);
+            assert_eq!(e.retryable(), retryable, "{} {}", s.code, s.message);
         }
         assert!(!WriteError::Render("x".into()).retryable());
     }

@@ -420,6 +420,52 @@ async fn a_retry_on_the_object_read_is_guarded_by_the_marker_it_replaces() {
 }
 
 #[tokio::test]
+async fn a_guarded_retry_refused_because_a_marker_moved_is_planned_again_on_a_new_read() {
+    let marked = |rv: &str, hash: &str| {
+        let mut d = deployment(rv);
+        d["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "STAKATER_CFG_CONFIGMAP", "value": hash}]);
+        d
+    };
+    // The apiserver's answer when a JSON patch's `test` fails: a fixed message, no causes.
+    let did_not_apply = status(
+        422,
+        "Invalid",
+        "the server rejected our request due to an error in our request",
+    );
+    let mut n = 0;
+    let (f, key, pending) = fixture(
+        WorkloadKind::Deployment,
+        "web",
+        &marked("7", "h1"),
+        move |s| {
+            n += 1;
+            match (n, &s.method) {
+                (1, &Method::PATCH) => (409, status(409, "Conflict", "modified")),
+                (2, &Method::GET) => (200, marked("8", "h1")),
+                (3, &Method::PATCH) => (422, did_not_apply.clone()),
+                (_, &Method::GET) => (200, marked("9", "h0")),
+                _ => (200, deployment("10")),
+            }
+        },
+    );
+    assert!(f.writer.reload(&key, &pending).await);
+    let metrics = f.metrics.clone();
+    let server = f.finish().await;
+    assert_eq!(
+        short_summary(&server),
+        ["PATCH web", "GET web", "PATCH web", "GET web", "PATCH web"]
+    );
+    assert_eq!(
+        server.requests[4].body[1]["value"]["value"],
+        json!("h0"),
+        "the last try tests the marker as read again"
+    );
+    assert_eq!(failures(&metrics, "conflict"), 2);
+    assert_eq!(failures(&metrics, "invalid"), 0);
+}
+
+#[tokio::test]
 async fn forbidden_is_not_retried_and_reported_once() {
     let (f, key, pending) = fixture(WorkloadKind::Deployment, "web", &deployment("7"), |_| {
         (
