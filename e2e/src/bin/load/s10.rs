@@ -69,7 +69,7 @@ pub struct S10Size {
 }
 
 /// One controller at one size.
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Clone, Debug, Default)]
 pub struct S10Run {
     pub controller: &'static str,
     /// rekindle: process start to `/ready` answering 200. Reloader (no readiness endpoint): process
@@ -99,7 +99,7 @@ pub struct S10Run {
 
 /// The paced rounds: `rounds` of `changes` at `rate_per_s`, each change timed to the new template in
 /// a watch; latencies and ratios pooled over the rounds.
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Clone, Debug, Default)]
 pub struct Paced {
     pub latency: Latency,
     pub missed: usize,
@@ -898,6 +898,62 @@ fn reads_writes(p: &Paced) -> (f64, f64) {
     )
 }
 
+/// The scale targets, checked on rekindle's rows of this run: at the largest size, `/ready` under
+/// 10 s, RSS under 250 MiB, one workload PATCH and no GET per change, and latency ratios to the bare
+/// client no worse than at the smallest size. Strict comparisons of one run: a verdict another run
+/// can check, not a tolerance chosen after the fact.
+fn targets(r: &S10Report) -> String {
+    let rekindle = |s: &S10Size| {
+        s.controllers
+            .iter()
+            .find(|c| c.controller == "rekindle")
+            .cloned()
+    };
+    let runs: Vec<(usize, S10Run)> = r
+        .sizes
+        .iter()
+        .filter_map(|s| Some((s.workloads, rekindle(s)?)))
+        .collect();
+    let (Some((small, first)), Some((large, last))) = (runs.first(), runs.last()) else {
+        return String::new();
+    };
+    let verdict = |met: bool| if met { "met" } else { "**not met**" };
+    let get = last
+        .paced
+        .requests_per_change
+        .iter()
+        .filter(|(k, _)| k.starts_with("GET "))
+        .map(|(_, v)| v)
+        .sum::<f64>()
+        + 0.0;
+    let (_, writes) = reads_writes(&last.paced);
+    let rss = mib(last.rss_after_sync_bytes).max(mib(last.rss_after_changes_bytes));
+    let mut md = format!("\nrekindle against the scale targets at {large} Deployments:\n\n");
+    md += &format!(
+        "- `/ready` {:.2} s, under 10 s: {}\n",
+        last.ready_s,
+        verdict(last.ready_s < 10.0)
+    );
+    md += &format!(
+        "- RSS at most {rss:.1} MiB (after sync and after the changes), under 250 MiB: {}\n",
+        verdict(rss < 250.0)
+    );
+    md += &format!(
+        "- {writes:.2} workload writes and {get:.2} GET per change, 1 and 0: {}\n",
+        // Two decimals, as printed: a confirming read after the start is about 1 in 100 changes.
+        verdict(format!("{writes:.2}") == "1.00" && format!("{get:.2}") == "0.00")
+    );
+    if large != small {
+        let (p50, p99) = (last.paced.p50_ratio, last.paced.p99_ratio);
+        let (p50_0, p99_0) = (first.paced.p50_ratio, first.paced.p99_ratio);
+        md += &format!(
+            "- latency to the bare client p50 / p99 {p50:.2} / {p99:.2}, at {small} {p50_0:.2} / {p99_0:.2}, no worse: {}\n",
+            verdict(p50 <= p50_0 && p99 <= p99_0)
+        );
+    }
+    md
+}
+
 fn markdown(r: &S10Report) -> String {
     let mut md = format!(
         "# S10 a big cluster: rekindle and Stakater Reloader side by side\n\n\
@@ -939,6 +995,7 @@ columns \"bare\"; the rounds pooled). Reloader: `{}`. `just bench-load --only s1
             );
         }
     }
+    md += &targets(r);
     md += "\nrekindle's own account of the paced rounds (`/metrics`, means): from the watch event of a change to the accepted PATCH, of which the PATCH's round trip to the apiserver, and the rest, rekindle's own work per reload:\n\n";
     for s in &r.sizes {
         for c in &s.controllers {
@@ -1065,4 +1122,80 @@ fn plots(dir: &Path, r: &S10Report) -> Result<()> {
         "requests",
         &series(&|c| Some(reads_writes(&c.paced).0)),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(ready_s: f64, rss_mib: u64, ratios: (f64, f64), get: f64) -> S10Run {
+        S10Run {
+            controller: "rekindle",
+            ready_s,
+            rss_after_sync_bytes: rss_mib << 20,
+            rss_after_changes_bytes: rss_mib << 20,
+            paced: Paced {
+                p50_ratio: ratios.0,
+                p99_ratio: ratios.1,
+                requests_per_change: BTreeMap::from([
+                    ("PATCH deployments".to_string(), 1.0),
+                    ("GET configmaps".to_string(), get),
+                    ("LIST configmaps".to_string(), 0.01),
+                ]),
+                ..Paced::default()
+            },
+            ..S10Run::default()
+        }
+    }
+
+    fn report(sizes: Vec<(usize, S10Run)>) -> S10Report {
+        S10Report {
+            kubernetes: "v1.35.4".into(),
+            namespaces: 1000,
+            changes_per_round: 100,
+            rounds: 1,
+            rate_per_s: 10.0,
+            reloader: String::new(),
+            sizes: sizes
+                .into_iter()
+                .map(|(workloads, c)| S10Size {
+                    workloads,
+                    resources: workloads * 5 / 2,
+                    created_s: 0.0,
+                    settled_s: 0.0,
+                    controllers: vec![
+                        S10Run {
+                            controller: "Reloader",
+                            ..c.clone()
+                        },
+                        c,
+                    ],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_targets_are_checked_on_rekindles_largest_size() {
+        let met = targets(&report(vec![
+            (10_000, run(0.6, 34, (0.80, 0.90), 0.0)),
+            (100_000, run(4.9, 196, (0.80, 0.85), 0.004)),
+        ]));
+        assert!(met.contains("at 100000 Deployments"), "{met}");
+        assert_eq!(met.matches(": met").count(), 4, "{met}");
+        assert!(!met.contains("not met"), "{met}");
+
+        let missed = targets(&report(vec![
+            (10_000, run(0.6, 34, (0.80, 0.90), 0.0)),
+            (100_000, run(10.2, 251, (0.81, 0.85), 0.02)),
+        ]));
+        assert_eq!(missed.matches("**not met**").count(), 4, "{missed}");
+
+        let one_size = targets(&report(vec![(100_000, run(4.9, 196, (0.8, 0.9), 0.0))]));
+        assert!(
+            !one_size.contains("latency"),
+            "no curve to compare: {one_size}"
+        );
+        assert!(targets(&report(Vec::new())).is_empty());
+    }
 }
