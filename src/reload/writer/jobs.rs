@@ -4,6 +4,9 @@
 use std::time::Duration;
 
 use backon::Retryable;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 use kube::api::{DeleteParams, DynamicObject, PostParams, Preconditions};
 use kube::Api;
 use serde_json::Value;
@@ -95,8 +98,8 @@ impl Writer {
         .map(|_| ())
     }
 
-    /// Job: delete (background propagation) and create again under the same name from its JSON.
-    /// The delete is conditional on the UID that was read: if another writer (a second replica
+    /// Job: delete (background propagation) and create again under the same name from its JSON,
+    /// only if this identity may create Jobs there ([`Self::may_create_job`]). The delete is conditional on the UID that was read: if another writer (a second replica
     /// without leader election, say) re-created the Job since, it answers 409 and this reload is
     /// already done; a create meeting a Job with another UID is done the same way. Once the delete has
     /// gone through, the create is retried on transient errors and refusals for minutes (an apiserver
@@ -118,6 +121,12 @@ impl Writer {
         let fresh = strip_job(working);
         let job: DynamicObject =
             serde_json::from_value(fresh.clone()).map_err(|e| WriteError::Render(e.to_string()))?;
+        if !self.may_create_job(&key.namespace).await {
+            return Err(WriteError::Forbidden(format!(
+                "may not create Jobs in {}: the Job is left as it is rather than deleted",
+                key.namespace
+            )));
+        }
         // The UID the record is kept under, if one was written.
         let recorded = match uid.as_deref() {
             Some(uid) if self.record_recreate(key, uid, fresh).await? => Some(uid),
@@ -143,6 +152,34 @@ impl Writer {
         self.create_again(jobs, &job, uid.as_deref()).await?;
         self.forget_recreate(recorded).await;
         Ok(())
+    }
+
+    /// Whether this identity may create Jobs in `namespace`, asked before a Job is deleted to be
+    /// created again: a role that may delete Jobs but not create them would otherwise lose the Job.
+    /// Only a review answering "denied" says no; one that fails (RBAC on the reviews themselves
+    /// withheld, say) lets the re-create go on, its create retried on refusals as before.
+    async fn may_create_job(&self, namespace: &str) -> bool {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(namespace.to_string()),
+                    verb: Some("create".into()),
+                    group: Some("batch".into()),
+                    resource: Some("jobs".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let reviews: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
+        match reviews.create(&PostParams::default(), &review).await {
+            Ok(answer) => answer.status.is_none_or(|s| s.allowed),
+            Err(e) => {
+                tracing::debug!(error = %e, "could not ask whether Jobs may be created; going on");
+                true
+            }
+        }
     }
 
     /// Records the Job about to be re-created (see [`crate::reload::recreate`]); whether it was.

@@ -543,6 +543,7 @@ async fn a_job_is_deleted_on_its_uid_and_created_again_through_conflicts_refusal
     let mut creates = 0;
     let (f, key, pending) = fixture(WorkloadKind::Job, "batch", &job("u-old"), move |s| {
         match (&s.method, s.path.as_str()) {
+            (&Method::POST, ACCESS_REVIEWS) => (201, access_review(true)),
             (&Method::GET, JOB) => (200, job("u-old")),
             (&Method::DELETE, JOB) => (200, job("u-old")),
             (&Method::POST, JOBS) => {
@@ -579,6 +580,7 @@ async fn a_job_is_deleted_on_its_uid_and_created_again_through_conflicts_refusal
         summary(&server),
         [
             ("GET".into(), JOB.into()),
+            ("POST".into(), ACCESS_REVIEWS.into()),
             ("DELETE".into(), JOB.into()),
             ("POST".into(), JOBS.into()),
             ("GET".into(), JOB.into()),
@@ -587,17 +589,68 @@ async fn a_job_is_deleted_on_its_uid_and_created_again_through_conflicts_refusal
             ("POST".into(), JOBS.into()),
         ]
     );
+    let asked = &server.requests[1].body["spec"]["resourceAttributes"];
     assert_eq!(
-        server.requests[1].body["preconditions"]["uid"], "u-old",
+        (
+            &asked["namespace"],
+            &asked["verb"],
+            &asked["group"],
+            &asked["resource"]
+        ),
+        (
+            &json!("ns"),
+            &json!("create"),
+            &json!("batch"),
+            &json!("jobs")
+        ),
+        "asked before the delete whether the Job may be created again"
+    );
+    assert_eq!(
+        server.requests[2].body["preconditions"]["uid"], "u-old",
         "the delete is conditional on the Job that was read"
     );
-    let created = &server.requests[6].body;
+    let created = &server.requests[7].body;
     assert!(created["metadata"].get("uid").is_none());
     assert!(created["spec"].get("selector").is_none());
     let marked = created["spec"]["template"]["spec"]["containers"][0]["env"]
         .as_array()
         .unwrap();
     assert!(marked.iter().any(|e| e["value"] == "h2"), "{marked:?}");
+}
+
+const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+
+fn access_review(allowed: bool) -> Value {
+    json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": {}, "status": {"allowed": allowed}})
+}
+
+#[tokio::test]
+async fn a_job_that_may_not_be_created_again_is_not_deleted() {
+    const JOB: &str = "/apis/batch/v1/namespaces/ns/jobs/batch";
+    let (f, key, pending) = fixture(WorkloadKind::Job, "batch", &job("u-old"), |s| {
+        match (&s.method, s.path.as_str()) {
+            (&Method::POST, ACCESS_REVIEWS) => (201, access_review(false)),
+            (&Method::GET, JOB) => (200, job("u-old")),
+            _ => (500, status(500, "InternalError", "unexpected")),
+        }
+    });
+    assert!(!f.writer.reload(&key, &pending).await);
+    let metrics = f.metrics.clone();
+    let server = f.finish().await;
+    assert_eq!(
+        summary(&server),
+        [
+            ("GET".into(), JOB.into()),
+            ("POST".into(), ACCESS_REVIEWS.into())
+        ],
+        "no delete"
+    );
+    assert_eq!(failures(&metrics, "forbidden"), 1);
+    assert_eq!(server.events.len(), 1);
+    assert_eq!(server.events[0]["reason"], "ReloadFail");
+    let note = server.events[0]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("may not create Jobs in ns"), "{note}");
 }
 
 #[tokio::test]
