@@ -940,7 +940,7 @@ fn targets(r: &S10Report) -> String {
     );
     let changes = r.rounds * r.changes_per_round;
     md += &format!(
-        "- {writes:.2} workload writes and {get:.2} GET per change ({:.0} GETs over {changes} changes), 1 and 0: {}\n",
+        "- {writes:.2} workload writes and {get:.2} GET per change ({:.0} in {changes} changes), 1 and 0: {}\n",
         get * changes as f64,
         // As printed: the first change after rekindle begins to lead is confirmed by one GET, which
         // rounds away over the default 1,000 changes and not over 100.
