@@ -52,6 +52,15 @@ async fn send(api: &Api<DynamicObject>, patch: json_patch::Patch) -> Result<(), 
         .map_err(|e| WriteError::from_kube("PATCH", e))
 }
 
+/// Reads the object, lets another writer apply `moves`, then sends the retry planned on the read:
+/// the apiserver must refuse it as a conflict.
+async fn refused_after(api: &Api<DynamicObject>, moves: Value, what: &str) -> Result<()> {
+    let read = get_json(api, "web").await?;
+    other_writer(api, moves).await?;
+    assert_conflict(send(api, guarded_retry(&read, "stale")?).await, what);
+    Ok(())
+}
+
 fn assert_conflict(result: Result<(), WriteError>, what: &str) {
     match result {
         Err(WriteError::Conflict(_)) => {}
@@ -101,45 +110,31 @@ async fn a_retry_guarded_by_its_markers_is_refused_by_the_apiserver_only_when_on
     assert_eq!(now["metadata"]["labels"]["team"], "payments");
 
     // Another leader wrote a newer marker after the read: refused, and its marker stays.
-    let read = get_json(&api, "web").await?;
-    other_writer(
+    refused_after(
         &api,
         json!([{"op": "replace", "path": "/spec/template/spec/containers/0/env/1/value", "value": "cccc"}]),
+        "a marker replaced since the read",
     )
     .await?;
-    assert_conflict(
-        send(&api, guarded_retry(&read, "stale")?).await,
-        "a marker replaced since the read",
-    );
     assert_eq!(
         env_value(&get_json(&api, "web").await?, MARKER).as_deref(),
         Some("cccc")
     );
-
     // The container at the index was renamed: its name is tested.
-    let read = get_json(&api, "web").await?;
-    other_writer(
+    refused_after(
         &api,
         json!([{"op": "replace", "path": "/spec/template/spec/containers/0/name", "value": "main"}]),
+        "the container renamed",
     )
     .await?;
-    assert_conflict(
-        send(&api, guarded_retry(&read, "stale")?).await,
-        "the container renamed",
-    );
-
     // The env entries before the marker were removed: the tested index is past the end.
-    let read = get_json(&api, "web").await?;
-    other_writer(
+    refused_after(
         &api,
         json!([{"op": "replace", "path": "/spec/template/spec/containers/0/env",
                 "value": [{"name": "ONLY", "value": "x"}]}]),
+        "the tested env entry gone",
     )
     .await?;
-    assert_conflict(
-        send(&api, guarded_retry(&read, "stale")?).await,
-        "the tested env entry gone",
-    );
     let now = get_json(&api, "web").await?;
     assert_eq!(
         env_value(&now, MARKER),

@@ -377,23 +377,32 @@ async fn a_conflict_or_transient_failure_is_retried_from_the_live_object() {
 /// replaces rather than by the whole object's version: another writer moving labels or status again
 /// between the read and the retry cannot refuse it, while a leader that wrote a newer marker still
 /// would (the `test` of the entry).
+/// A Deployment at resourceVersion `rv` whose container carries the marker of `cfg` at `hash`.
+fn marked(rv: &str, hash: &str) -> Value {
+    let mut d = deployment(rv);
+    d["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "STAKATER_CFG_CONFIGMAP", "value": hash}]);
+    d
+}
+
 #[tokio::test]
 async fn a_retry_on_the_object_read_is_guarded_by_the_marker_it_replaces() {
-    let marked = |rv: &str| {
-        let mut d = deployment(rv);
-        d["spec"]["template"]["spec"]["containers"][0]["env"] =
-            json!([{"name": "STAKATER_CFG_CONFIGMAP", "value": "h1"}]);
-        d
-    };
-    let (read, mut n) = (marked("8"), 0);
-    let (f, key, pending) = fixture(WorkloadKind::Deployment, "web", &marked("7"), move |s| {
-        n += 1;
-        match (n, &s.method) {
-            (1, &Method::PATCH) => (409, status(409, "Conflict", "the object has been modified")),
-            (_, &Method::GET) => (200, read.clone()),
-            _ => (200, deployment("9")),
-        }
-    });
+    let (read, mut n) = (marked("8", "h1"), 0);
+    let (f, key, pending) = fixture(
+        WorkloadKind::Deployment,
+        "web",
+        &marked("7", "h1"),
+        move |s| {
+            n += 1;
+            match (n, &s.method) {
+                (1, &Method::PATCH) => {
+                    (409, status(409, "Conflict", "the object has been modified"))
+                }
+                (_, &Method::GET) => (200, read.clone()),
+                _ => (200, deployment("9")),
+            }
+        },
+    );
     assert!(f.writer.reload(&key, &pending).await);
     let server = f.finish().await;
     assert_eq!(
@@ -421,12 +430,6 @@ async fn a_retry_on_the_object_read_is_guarded_by_the_marker_it_replaces() {
 
 #[tokio::test]
 async fn a_guarded_retry_refused_because_a_marker_moved_is_planned_again_on_a_new_read() {
-    let marked = |rv: &str, hash: &str| {
-        let mut d = deployment(rv);
-        d["spec"]["template"]["spec"]["containers"][0]["env"] =
-            json!([{"name": "STAKATER_CFG_CONFIGMAP", "value": hash}]);
-        d
-    };
     // The apiserver's answer when a JSON patch's `test` fails: a fixed message, no causes.
     let did_not_apply = status(
         422,

@@ -903,16 +903,13 @@ fn reads_writes(p: &Paced) -> (f64, f64) {
 /// client no worse than at the smallest size. Strict comparisons of one run: a verdict another run
 /// can check, not a tolerance chosen after the fact.
 fn targets(r: &S10Report) -> String {
-    let rekindle = |s: &S10Size| {
-        s.controllers
-            .iter()
-            .find(|c| c.controller == "rekindle")
-            .cloned()
-    };
-    let runs: Vec<(usize, S10Run)> = r
+    let runs: Vec<(usize, &S10Run)> = r
         .sizes
         .iter()
-        .filter_map(|s| Some((s.workloads, rekindle(s)?)))
+        .filter_map(|s| {
+            let run = s.controllers.iter().find(|c| c.controller == "rekindle")?;
+            Some((s.workloads, run))
+        })
         .collect();
     let (Some((small, first)), Some((large, last))) = (runs.first(), runs.last()) else {
         return String::new();
