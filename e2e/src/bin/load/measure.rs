@@ -3,6 +3,8 @@
 use anyhow::Result;
 use e2e::rekindle::Rekindle;
 use kube::Client;
+use rand::{RngExt, SeedableRng};
+use rand_xorshift::XorShiftRng;
 use std::collections::BTreeMap;
 
 use crate::results::{Buckets, Latency};
@@ -13,6 +15,43 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
     sorted[i.min(sorted.len() - 1)]
+}
+
+/// How far this run's sampling noise alone moves the difference of two latency ratios,
+/// `p-th(a1) / p-th(b1) − p-th(a0) / p-th(b0)`: the 2.5th and 97.5th percentiles of that difference
+/// over resamples of the four sample sets, each drawn again with replacement (a bootstrap). Seeded,
+/// so that one set of samples always gives one interval. `None` when a set is empty.
+///
+/// It says nothing of what changed between the two sets' runs (the machine's load, the
+/// apiserver's state): rounds run back to back show that spread.
+pub fn ratio_difference_interval(
+    (a0, b0): (&[f64], &[f64]),
+    (a1, b1): (&[f64], &[f64]),
+    p: f64,
+) -> Option<(f64, f64)> {
+    const RESAMPLES: usize = 1000;
+    if [a0, b0, a1, b1].iter().any(|s| s.is_empty()) {
+        return None;
+    }
+    let mut rng = XorShiftRng::seed_from_u64(10);
+    let mut scratch = Vec::new();
+    let mut resampled = |s: &[f64]| {
+        scratch.clear();
+        scratch.extend((0..s.len()).map(|_| s[rng.random_range(0..s.len())]));
+        scratch.sort_by(f64::total_cmp);
+        percentile(&scratch, p)
+    };
+    let mut differences: Vec<f64> = (0..RESAMPLES)
+        .map(|_| {
+            let small = resampled(a0) / resampled(b0);
+            resampled(a1) / resampled(b1) - small
+        })
+        .collect();
+    differences.sort_by(f64::total_cmp);
+    Some((
+        percentile(&differences, 2.5),
+        percentile(&differences, 97.5),
+    ))
 }
 
 /// Bytes in MiB.
@@ -206,7 +245,37 @@ pub fn workloads_and_configmaps(_verb: &str, resource: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::Histogram;
+    use super::{ratio_difference_interval, Histogram};
+
+    /// Latencies spread like a paced round's: mostly near `median`, a tail of a few times it.
+    fn round(median: f64, n: usize) -> Vec<f64> {
+        (0..n)
+            .map(|i| {
+                let tail = if i % 50 == 0 { 2.5 } else { 1.0 };
+                median * tail * (0.8 + 0.4 * ((i * 37) % 101) as f64 / 100.0)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_interval_holds_zero_for_one_distribution_and_not_for_a_slower_one() {
+        let (a, b) = (round(5.0, 300), round(6.0, 300));
+        // The same samples at both sizes: the difference is 0 and its interval holds it.
+        for p in [50.0, 99.0] {
+            let (lo, hi) = ratio_difference_interval((&a, &b), (&a, &b), p).unwrap();
+            assert!(lo < 0.0 && hi > 0.0, "p{p}: {lo} .. {hi}");
+        }
+        // The controller half again as slow at the larger size, the bare client not.
+        let slower: Vec<f64> = a.iter().map(|v| v * 1.5).collect();
+        let (lo, _) = ratio_difference_interval((&a, &b), (&slower, &b), 50.0).unwrap();
+        assert!(lo > 0.2, "{lo}");
+        assert_eq!(
+            ratio_difference_interval((&a, &b), (&a, &b), 99.0),
+            ratio_difference_interval((&a, &b), (&a, &b), 99.0),
+            "seeded: one set of samples, one interval"
+        );
+        assert_eq!(ratio_difference_interval((&[], &b), (&a, &b), 50.0), None);
+    }
 
     #[test]
     fn a_histogram_sums_the_series_kept_and_its_mean_is_of_the_difference() {

@@ -39,7 +39,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::args::{Args, S10Controller};
 use crate::cluster::{quiesce, settle};
-use crate::measure::{mib, request_counts, summary, Histogram};
+use crate::measure::{mib, ratio_difference_interval, request_counts, summary, Histogram};
 use crate::results::Latency;
 
 const PROBE_LABEL: &str = "s10-probe";
@@ -901,7 +901,9 @@ fn reads_writes(p: &Paced) -> (f64, f64) {
 /// The scale targets, checked on rekindle's rows of this run: at the largest size, `/ready` under
 /// 10 s, RSS under 250 MiB, one workload PATCH and no GET per change, and latency ratios to the bare
 /// client no worse than at the smallest size. Strict comparisons of one run: a verdict another run
-/// can check, not a tolerance chosen after the fact.
+/// can check, not a tolerance chosen after the fact. A ratio's verdict also says whether its
+/// difference lies within the run's own sampling noise, so that noise reads differently from a
+/// regression.
 fn targets(r: &S10Report) -> String {
     let runs: Vec<(usize, &S10Run)> = r
         .sizes
@@ -944,14 +946,45 @@ fn targets(r: &S10Report) -> String {
         verdict(format!("{writes:.2}") == "1.00" && format!("{get:.2}") == "0.00")
     );
     if large != small {
-        let (p50, p99) = (last.paced.p50_ratio, last.paced.p99_ratio);
-        let (p50_0, p99_0) = (first.paced.p50_ratio, first.paced.p99_ratio);
-        md += &format!(
-            "- latency to the bare client p50 / p99 {p50:.2} / {p99:.2}, at {small} {p50_0:.2} / {p99_0:.2}, no worse: {}\n",
-            verdict(p50 <= p50_0 && p99 <= p99_0)
-        );
+        for (name, pct, at_small, at_large) in [
+            ("p50", 50.0, first.paced.p50_ratio, last.paced.p50_ratio),
+            ("p99", 99.0, first.paced.p99_ratio, last.paced.p99_ratio),
+        ] {
+            let noise = ratio_difference_interval(samples(&first.paced), samples(&last.paced), pct);
+            md += &format!(
+                "- {name} latency to the bare client {at_large:.2}, at {small} {at_small:.2}, no worse: {}\n",
+                no_worse(at_large - at_small, noise)
+            );
+        }
     }
     md
+}
+
+/// A paced round's latencies and its bare client's.
+fn samples(p: &Paced) -> (&[f64], &[f64]) {
+    (&p.latency.samples_ms, &p.bare_client.samples_ms)
+}
+
+/// The verdict on a ratio that should be no worse at the largest size: strict on this run's numbers,
+/// and where it is not met, whether the difference lies within this run's own sampling noise (the
+/// interval of `ratio_difference_interval`) or beyond it.
+fn no_worse(difference: f64, noise: Option<(f64, f64)>) -> String {
+    let interval = |(lo, hi): (f64, f64)| format!("95% of resamples {lo:+.2} to {hi:+.2}");
+    match noise {
+        _ if difference <= 0.0 => match noise {
+            Some(n) => format!("met (difference {difference:+.2}; {})", interval(n)),
+            None => "met".into(),
+        },
+        Some((lo, hi)) if lo <= 0.0 => format!(
+            "not met by {difference:.2}, within this run's sampling noise ({})",
+            interval((lo, hi))
+        ),
+        Some(n) => format!(
+            "**not met** by {difference:.2}, beyond this run's sampling noise ({})",
+            interval(n)
+        ),
+        None => format!("**not met** by {difference:.2}"),
+    }
 }
 
 fn markdown(r: &S10Report) -> String {
@@ -1182,7 +1215,7 @@ mod tests {
             (100_000, run(4.9, 196, (0.80, 0.85), 0.004)),
         ]));
         assert!(met.contains("at 100000 Deployments"), "{met}");
-        assert_eq!(met.matches(": met").count(), 4, "{met}");
+        assert_eq!(met.matches(": met").count(), 5, "{met}");
         assert!(!met.contains("not met"), "{met}");
 
         let missed = targets(&report(vec![
@@ -1190,6 +1223,7 @@ mod tests {
             (100_000, run(10.2, 251, (0.81, 0.85), 0.02)),
         ]));
         assert_eq!(missed.matches("**not met**").count(), 4, "{missed}");
+        assert!(missed.contains("p50 latency to the bare client 0.81, at 10000 0.80, no worse: **not met** by 0.01\n"), "{missed}");
 
         let one_size = targets(&report(vec![(100_000, run(4.9, 196, (0.8, 0.9), 0.0))]));
         assert!(
@@ -1197,5 +1231,22 @@ mod tests {
             "no curve to compare: {one_size}"
         );
         assert!(targets(&report(Vec::new())).is_empty());
+    }
+
+    #[test]
+    fn a_ratio_not_met_says_whether_it_is_within_the_runs_noise() {
+        assert_eq!(no_worse(-0.03, None), "met");
+        assert_eq!(
+            no_worse(-0.03, Some((-0.07, 0.004))),
+            "met (difference -0.03; 95% of resamples -0.07 to +0.00)"
+        );
+        assert_eq!(
+            no_worse(0.34, Some((-0.12, 1.17))),
+            "not met by 0.34, within this run's sampling noise (95% of resamples -0.12 to +1.17)"
+        );
+        assert_eq!(
+            no_worse(0.12, Some((0.10, 0.16))),
+            "**not met** by 0.12, beyond this run's sampling noise (95% of resamples +0.10 to +0.16)"
+        );
     }
 }
