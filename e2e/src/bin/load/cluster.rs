@@ -151,7 +151,7 @@ pub async fn seen(
 }
 
 /// Waits until the namespaces of earlier scenarios are gone, so their deletion's API traffic does not
-/// land in a measurement.
+/// land in a measurement; those whose name starts with `keep` (when not empty) stay.
 pub async fn quiesce(client: &Client, keep: &str) -> Result<()> {
     use k8s_openapi::api::core::v1::Namespace;
     let api: Api<Namespace> = Api::all(client.clone());
@@ -164,7 +164,7 @@ pub async fn quiesce(client: &Client, keep: &str) -> Result<()> {
             .into_iter()
             .filter(|n| {
                 let name = n.name_any();
-                name.starts_with("bench-") && name != keep
+                name.starts_with("bench-") && (keep.is_empty() || !name.starts_with(keep))
             })
             .count();
         if others == 0 {

@@ -27,7 +27,7 @@ use e2e::rekindle::{http_get, Options, Rekindle};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, Namespace, Secret};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::{Api, Client, ResourceExt};
 use rekindle::core::envname::env_var_name;
@@ -143,7 +143,8 @@ pub async fn run(client: &Client, args: &Args) -> Result<()> {
     let reloader_kubeconfig = reloader_identity(client).await?;
     let mut steps = sizes.s10_workloads.clone();
     steps.sort_unstable();
-    quiesce(client, "").await?;
+    // S10's own namespaces stay: their objects may be kept from an earlier run.
+    quiesce(client, "bench-s10-").await?;
     create_namespaces(client, namespaces).await?;
     let mut report = S10Report {
         kubernetes: client.apiserver_version().await?.git_version,
@@ -155,14 +156,20 @@ pub async fn run(client: &Client, args: &Args) -> Result<()> {
         sizes: Vec::new(),
     };
     let dir = args.results_dir()?;
-    let mut have = 0;
+    let mut have = kept(client, namespaces).await?;
+    if let Some(&smallest) = steps.first().filter(|&&n| n < have) {
+        bail!(
+            "S10: {have} Deployments are kept from an earlier run, more than the smallest size asked for \
+             ({smallest}); run `just cluster-down` first, or ask for sizes of at least {have}"
+        );
+    }
     // Numbers every round's values: a value written twice would change nothing.
     let mut round = 0usize;
     for (turn, &n) in steps.iter().enumerate() {
         eprintln!("S10: growing to {n} Deployments …");
         let created = Instant::now();
-        create_objects(client, namespaces, have..n).await?;
-        have = n;
+        create_objects(client, namespaces, have.min(n)..n).await?;
+        have = have.max(n);
         let created_s = created.elapsed().as_secs_f64();
         let settled_s = settle(client).await?;
         eprintln!("S10 at {n}: created in {created_s:.0} s, settled in {settled_s:.0} s");
@@ -333,6 +340,21 @@ async fn create_objects(
 }
 
 /// Creates `obj`, or reads it if a run before this one left it (a grown cluster can be reused).
+/// How many of S10's Deployments an earlier run kept (`--s10-keep true`): the cluster's Deployments,
+/// counted by a list of one (the apiserver's `remainingItemCount`), when the last of them by number
+/// exists; else 0, and every object is created, or found, again.
+async fn kept(client: &Client, namespaces: usize) -> Result<usize> {
+    let all: Api<Deployment> = Api::all(client.clone());
+    let page = all.list_metadata(&ListParams::default().limit(1)).await?;
+    let count = page.items.len() + page.metadata.remaining_item_count.unwrap_or(0).max(0) as usize;
+    let Some(last) = count.checked_sub(1) else {
+        return Ok(0);
+    };
+    let ds: Api<Deployment> = Api::namespaced(client.clone(), &ns_of(last, namespaces));
+    let found = ds.get_metadata_opt(&format!("d-{last}")).await?.is_some();
+    Ok(if found { count } else { 0 })
+}
+
 async fn create_or_get<K>(api: &Api<K>, pp: &PostParams, obj: &K) -> Result<K>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + Serialize + std::fmt::Debug,
