@@ -339,7 +339,6 @@ async fn create_objects(
     Ok(())
 }
 
-/// Creates `obj`, or reads it if a run before this one left it (a grown cluster can be reused).
 /// How many of S10's Deployments an earlier run kept (`--s10-keep true`): the cluster's Deployments,
 /// counted by a list of one (the apiserver's `remainingItemCount`), when the last of them by number
 /// exists; else 0, and every object is created, or found, again.
@@ -355,6 +354,7 @@ async fn kept(client: &Client, namespaces: usize) -> Result<usize> {
     Ok(if found { count } else { 0 })
 }
 
+/// Creates `obj`, or reads it if a run before this one left it (a grown cluster can be reused).
 async fn create_or_get<K>(api: &Api<K>, pp: &PostParams, obj: &K) -> Result<K>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + Serialize + std::fmt::Debug,
@@ -1019,21 +1019,20 @@ fn samples(p: &Paced) -> (&[f64], &[f64]) {
 /// and where it is not met, whether the difference lies within this run's own sampling noise (the
 /// interval of `ratio_difference_interval`) or beyond it.
 fn no_worse(difference: f64, noise: Option<(f64, f64)>) -> String {
-    let interval = |(lo, hi): (f64, f64)| format!("95% of resamples {lo:+.2} to {hi:+.2}");
-    match noise {
-        _ if difference <= 0.0 => match noise {
-            Some(n) => format!("met (difference {difference:+.2}; {})", interval(n)),
-            None => "met".into(),
-        },
-        Some((lo, hi)) if lo <= 0.0 => format!(
-            "not met by {difference:.2}, within this run's sampling noise ({})",
-            interval((lo, hi))
-        ),
-        Some(n) => format!(
-            "**not met** by {difference:.2}, beyond this run's sampling noise ({})",
-            interval(n)
-        ),
-        None => format!("**not met** by {difference:.2}"),
+    let Some((lo, hi)) = noise else {
+        return if difference <= 0.0 {
+            "met".into()
+        } else {
+            format!("**not met** by {difference:.2}")
+        };
+    };
+    let interval = format!("95% of resamples {lo:+.2} to {hi:+.2}");
+    if difference <= 0.0 {
+        format!("met (difference {difference:+.2}; {interval})")
+    } else if lo <= 0.0 {
+        format!("not met by {difference:.2}, within this run's sampling noise ({interval})")
+    } else {
+        format!("**not met** by {difference:.2}, beyond this run's sampling noise ({interval})")
     }
 }
 
