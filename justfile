@@ -43,9 +43,8 @@ e2e *ARGS: cluster-up companions
     cargo build --workspace --bins
     cargo test -p e2e -- --test-threads=4 {{ARGS}} || { e2e/scripts/cluster.sh keep-logs; exit 101; }
 
-# The end-to-end tests `e2e-chart` does not run, with the debug build (a test that needs a companion
-# asks for it, so its build may still be under way while the others run).
-e2e-rest: cluster-up
+# The end-to-end tests `e2e-chart` does not run, with the debug build.
+e2e-rest: cluster-up companions
     scripts/install-python-tools.sh >/dev/null
     cargo build --workspace --bins
     cargo test -p e2e --lib --bins $(e2e/scripts/test-targets.py {{chart_tests}}) -- --test-threads=4 \

@@ -152,19 +152,14 @@ build_pause() {
   cp "$HERE/../node/pause/main.go" "$BIN/pause.go"
 }
 
-# Builds may run side by side (.ci/run builds everything in the background while each step asks for
-# what it needs): one build of a binary at a time, and a second asker finds it built.
-locked() { local name="$1"; shift; ( flock 9; "build_$name" "$@" ) 9>"$CACHE/.lock-$name"; }
-
-build_node() { locked kubernetes kubelet kube-proxy; locked coredns; locked pause; }
-build_all() { locked etcd; locked kubernetes; locked kwok; locked helm; }
+build_node() { build_kubernetes kubelet kube-proxy; build_coredns; build_pause; }
 
 what="${1:-all}"
 case "$what" in
-  all) build_all ;;
+  all) build_etcd; build_kubernetes; build_kwok; build_helm ;;
   node) build_node ;;
-  node-all) build_all; build_node ;;
-  kubernetes|etcd|kwok|helm|coredns) locked "$what" ;;
+  node-all) build_etcd; build_kubernetes; build_kwok; build_helm; build_node ;;
+  kubernetes|etcd|kwok|helm|coredns) "build_$what" ;;
   *) echo "usage: $0 [all|node|node-all|kubernetes|etcd|kwok|helm|coredns]" >&2; exit 2 ;;
 esac
 echo "$BIN"

@@ -202,21 +202,16 @@ build_reloader() {
   echo "$RELOADER_BIN/reloader"
 }
 
-# Builds may run side by side (.ci/run builds everything in the background while tests ask for what
-# they need): one build of a component at a time, and a second asker finds it built.
-locked() { local name="$1"; shift; ( flock 9; "$@" ) 9>"$CACHE/.lock-$name"; }
-
 what="${1:-all}"
 case "$what" in
-  all) locked prometheus build_prometheus; locked rollouts build_rollouts
-    locked cert-manager build_cert_manager; locked csi build_csi; locked openshift openshift_crds ;;
-  prometheus) locked prometheus build_prometheus ;;
-  rollouts) locked rollouts build_rollouts ;;
-  cert-manager) locked cert-manager build_cert_manager ;;
-  csi) locked csi build_csi; echo "$CSI_BIN"; exit 0 ;;
-  csi-crds) locked csi csi_crds; echo "$CSI_BIN"; exit 0 ;;
-  openshift-crds) locked openshift openshift_crds; echo "$OPENSHIFT_CRDS"; exit 0 ;;
-  reloader) locked reloader build_reloader; exit 0 ;;
+  all) build_prometheus; build_rollouts; build_cert_manager; build_csi; openshift_crds ;;
+  prometheus) build_prometheus ;;
+  rollouts) build_rollouts ;;
+  cert-manager) build_cert_manager ;;
+  csi) build_csi; echo "$CSI_BIN"; exit 0 ;;
+  csi-crds) csi_crds; echo "$CSI_BIN"; exit 0 ;;
+  openshift-crds) openshift_crds; echo "$OPENSHIFT_CRDS"; exit 0 ;;
+  reloader) build_reloader; exit 0 ;;
   *) echo "usage: $0 [all|prometheus|rollouts|cert-manager|csi|csi-crds|openshift-crds|reloader]" >&2; exit 2 ;;
 esac
 echo "$BIN"
