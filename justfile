@@ -27,11 +27,21 @@ unit:
     cargo test --workspace --exclude e2e
 
 # fmt, clippy, hadolint and helm lint, as CI enforces them.
-lint:
+lint: lint-code
+    e2e/scripts/helm.sh lint --strict charts/rekindle
+
+# The linters that need no Go build: fmt, clippy, hadolint.
+lint-code:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets --all-features -- -D warnings
     scripts/check-dockerfile.sh
-    e2e/scripts/helm.sh lint --strict charts/rekindle
+
+# Compile everything `just test` runs, without running it (CI does this while the Go builds run).
+test-build: release
+    cargo build --workspace --bins
+    cargo test --workspace --exclude e2e --no-run
+    cargo test -p e2e --no-run
+    cargo test -p e2e --features real-node --test image --test install --test chaos --no-run
 
 # Render webhook-config/ (plain manifests for `kubectl apply`) from the chart; a test checks they match.
 webhook-config:
