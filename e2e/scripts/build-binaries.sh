@@ -25,7 +25,7 @@ mkdir -p "$BIN" "$WORK"
 # eighth of the compile time.
 export CGO_ENABLED=0 GOFLAGS="-buildvcs=false -gcflags=all=-dwarf=false"
 
-log() { echo "[build-binaries] $*" >&2; }
+log() { echo "[build-binaries] $(date +%T) $*" >&2; }
 
 have() { [ -x "$BIN/$1" ]; }
 

@@ -37,7 +37,7 @@ mkdir -p "$BIN" "$CRDS" "$WORK"
 # eighth of the compile time.
 export CGO_ENABLED=0 GOFLAGS="-buildvcs=false -gcflags=all=-dwarf=false"
 
-log() { echo "[build-companions] $*" >&2; }
+log() { echo "[build-companions] $(date +%T) $*" >&2; }
 have() { [ -x "$BIN/$1" ]; }
 
 # The directory of a module version in the module cache (downloaded if needed).

@@ -6,3 +6,4 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 "$HERE/build-binaries.sh" node-all >/dev/null
 "$HERE/build-companions.sh" all >/dev/null
+echo "[prebuild] $(date +%T) every Go binary built"
