@@ -21,9 +21,7 @@ CACHE="${REKINDLE_E2E_CACHE:-$HOME/.cache/rekindle-e2e}"
 BIN="$CACHE/bin-k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-helm-$HELM_VERSION"
 WORK="$CACHE/build"
 mkdir -p "$BIN" "$WORK"
-# -dwarf=false: the linker drops debug info anyway (-ldflags -w); not generating it saves about an
-# eighth of the compile time.
-export CGO_ENABLED=0 GOFLAGS="-buildvcs=false -gcflags=all=-dwarf=false"
+. "$(dirname "$0")/go-env.sh"
 
 log() { echo "[build-binaries] $(date +%T) $*" >&2; }
 
